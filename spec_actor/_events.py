@@ -1,0 +1,199 @@
+"""Generation events and the decoder of native msgpack event batches.
+
+The native loop hands over one msgpack batch per step (schema in
+``native/spec_actor.h``). `BatchDecoder.decode` validates a batch and returns
+`RawToken` tuples for tokens (the session turns their bytes into text with a
+UTF-8 stream decoder) and finished `Stats`, `Done`, `Eog` and `Error` events
+for the rest.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal, NamedTuple, Union, final
+
+import msgpack
+
+from ._errors import ConfigError, EventDecodeError, SpecActorError, error_for_status
+from ._stats import StatsSnapshot
+
+__all__ = [
+    "TERMINAL",
+    "BatchDecoder",
+    "Done",
+    "Eog",
+    "Error",
+    "Event",
+    "RawEvent",
+    "RawToken",
+    "Stats",
+    "Token",
+]
+
+SA_EV_TOKEN, SA_EV_STATS, SA_EV_DONE, SA_EV_EOG, SA_EV_ERROR = range(5)
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class Token:
+    """One generated token and the text it completes."""
+
+    id: int
+    """The token id."""
+    text: str
+    """Valid UTF-8 text; empty while a multi-byte character is incomplete."""
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class Stats:
+    """A periodic statistics snapshot for the running request."""
+
+    snapshot: StatsSnapshot
+    """The statistics of the request so far."""
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class Done:
+    """Terminal event: generation stopped without an end-of-generation token."""
+
+    stats: StatsSnapshot
+    """The final statistics of the request."""
+    reason: Literal["max_tokens", "stop"] = "max_tokens"
+    """``"max_tokens"``: the token budget was reached; ``"stop"``: a stop condition matched."""
+
+    def __post_init__(self) -> None:
+        if self.reason not in ("max_tokens", "stop"):
+            raise ConfigError(f"Done.reason={self.reason!r} is invalid: expected 'max_tokens' or 'stop'")
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class Eog:
+    """Terminal event: the model produced an end-of-generation token."""
+
+    stats: StatsSnapshot
+    """The final statistics of the request."""
+    token: int
+    """The end-of-generation token id (not emitted as a `Token`)."""
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class Error:
+    """Terminal event: generation failed."""
+
+    reason: str
+    """What went wrong."""
+    code: int | None = None
+    """The native ``sa_status``, if the failure came from native code."""
+
+    def exception(self) -> SpecActorError:
+        """Return the exception matching this error, to raise at the API boundary."""
+        if self.code is None:
+            return SpecActorError(self.reason)
+        return error_for_status(self.code, self.reason)
+
+
+Event = Union[Token, Stats, Done, Eog, Error]
+"""Any event of an event stream."""
+
+TERMINAL = (Done, Eog, Error)
+"""The terminal event classes, for ``isinstance(event, TERMINAL)``."""
+
+
+class RawToken(NamedTuple):
+    """A token event as decoded from a batch, before UTF-8 decoding."""
+
+    id: int
+    """The token id."""
+    piece: bytes
+    """The raw bytes of the token's text (may be a partial UTF-8 sequence)."""
+
+
+RawEvent = Union[RawToken, Stats, Done, Eog, Error]
+"""What `BatchDecoder.decode` returns for each event."""
+
+# Per event kind (the index): its name, its schema and its field types.
+_SCHEMA: tuple[tuple[str, str, tuple[type, ...]], ...] = (
+    ("token", "[0, token_id:int, piece:bin]", (int, bytes)),
+    ("stats", "[1, stats:map]", (dict,)),
+    ("done", "[2, stats:map]", (dict,)),
+    ("eog", "[3, stats:map, eog_token_id:int]", (dict, int)),
+    ("error", "[4, code:int, message:str]", (int, str)),
+)
+_TERMINAL_NAMES: dict[type, str] = {Done: "done", Eog: "eog", Error: "error"}
+
+
+@final
+class BatchDecoder:
+    """Decodes and validates native event batches.
+
+    Stateless and cheap; one per session is fine. Thread-safe.
+    """
+
+    __slots__ = ()
+
+    def decode(self, data: bytes) -> list[RawEvent]:
+        """Decode one msgpack batch into events, in order.
+
+        Raises:
+            EventDecodeError: ``data`` is not one msgpack array of events that
+                match the schema (wrong kind, field count or type, or events
+                after a terminal event). The message says what was expected
+                and what was found.
+        """
+        try:
+            batch = msgpack.unpackb(data, raw=False, strict_map_key=True, use_list=True)
+        except (ValueError, TypeError, msgpack.UnpackException) as exc:
+            raise EventDecodeError(f"event batch is not valid msgpack: {exc}") from exc
+        if type(batch) is not list:
+            raise EventDecodeError(f"event batch: expected an array of events, found {_describe(batch)}")
+        out: list[RawEvent] = []
+        for index, ev in enumerate(batch):
+            # Fast path: a well-formed token event.
+            if type(ev) is list and len(ev) == 3:
+                kind, token_id, piece = ev
+                if kind == SA_EV_TOKEN and type(kind) is int and type(token_id) is int and type(piece) is bytes:
+                    out.append(RawToken(token_id, piece))
+                    continue
+            try:
+                event = _decode_other(ev)
+            except EventDecodeError as exc:
+                raise EventDecodeError(f"event batch: event {index}: {exc.message}") from None
+            name = _TERMINAL_NAMES.get(type(event))
+            if name is not None and index + 1 < len(batch):
+                raise EventDecodeError(f"event batch: event {index + 1} follows the terminal {name} event")
+            out.append(event)
+        return out
+
+
+def _decode_other(ev: object) -> RawEvent:
+    if type(ev) is not list or not ev:
+        raise EventDecodeError(f"expected a non-empty array, found {_describe(ev)}")
+    kind = ev[0]
+    if type(kind) is not int or not 0 <= kind < len(_SCHEMA):
+        raise EventDecodeError(f"expected an event kind from 0 to {len(_SCHEMA) - 1}, found {_describe(kind)}")
+    name, shape, types = _SCHEMA[kind]
+    fields = ev[1:]
+    if len(fields) != len(types) or any(type(f) is not t for f, t in zip(fields, types)):
+        found = "[" + ", ".join(_describe(x) for x in ev) + "]"
+        raise EventDecodeError(f"{name} event: expected {shape}, found {found}")
+    if kind == SA_EV_TOKEN:
+        return RawToken(fields[0], fields[1])
+    if kind == SA_EV_ERROR:
+        return Error(fields[1], fields[0])
+    snapshot = StatsSnapshot.from_map(fields[0])
+    if kind == SA_EV_STATS:
+        return Stats(snapshot)
+    if kind == SA_EV_DONE:
+        return Done(snapshot)
+    return Eog(snapshot, fields[1])
+
+
+def _describe(value: object) -> str:
+    text = repr(value)
+    if len(text) > 40:
+        text = text[:37] + "..."
+    return f"{type(value).__name__} {text}"

@@ -1,0 +1,133 @@
+"""`Sampling`: how the target model's next token is chosen."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from dataclasses import dataclass
+from typing import Any, final
+
+from ._errors import ConfigError
+from ._validate import check_float, check_int
+
+__all__ = ["LLAMA_DEFAULT_SEED", "Sampling"]
+
+LLAMA_DEFAULT_SEED = 0xFFFFFFFF
+"""The seed value that asks llama.cpp for a random seed."""
+
+_ROOT_RE = re.compile(r"[a-zA-Z0-9-]+")
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class Sampling:
+    """Sampling settings; they all work together with speculation.
+
+    The default is greedy (``temp=0.0``), unlike llama.cpp's 0.8: greedy
+    output is reproducible and speculation accepts the most drafts with it.
+    With ``temp > 0`` the other llama.cpp-default filters apply.
+
+    Args:
+        temp: Temperature; 0 picks the most likely token.
+        top_k: Keep the k most likely tokens; 0 turns it off.
+        top_p: Keep the smallest set of tokens whose probability reaches p
+            (0 < p <= 1; 1.0 turns it off).
+        min_p: Drop tokens less likely than min_p times the best (0 to 1;
+            0 turns it off).
+        seed: RNG seed (0 to 2**32 - 1); `LLAMA_DEFAULT_SEED` picks a random one.
+        penalty_last_n: Tokens the penalties look back on; 0 off, -1 the
+            whole context.
+        repeat_penalty: Repetition penalty (> 0; 1.0 turns it off).
+        frequency_penalty: Frequency penalty (0.0 turns it off).
+        presence_penalty: Presence penalty (0.0 turns it off).
+        grammar: GBNF grammar text that constrains the output, or None.
+        grammar_root: The grammar's start rule.
+
+    Raises:
+        ConfigError: A value is out of range; the message says what to change.
+    """
+
+    temp: float = 0.0
+    top_k: int = 40
+    top_p: float = 0.95
+    min_p: float = 0.05
+    seed: int = LLAMA_DEFAULT_SEED
+    penalty_last_n: int = 64
+    repeat_penalty: float = 1.0
+    frequency_penalty: float = 0.0
+    presence_penalty: float = 0.0
+    grammar: str | None = None
+    grammar_root: str = "root"
+
+    def __post_init__(self) -> None:
+        set_ = object.__setattr__
+        set_(self, "temp", check_float("temp", self.temp, 0.0, hint="use 0 for greedy decoding"))
+        check_int("top_k", self.top_k, 0, hint="use 0 to turn top-k off")
+        set_(self, "top_p", check_float("top_p", self.top_p, 0.0, 1.0, lo_open=True,
+                                        hint="use 1.0 to turn top-p off"))  # fmt: skip
+        set_(self, "min_p", check_float("min_p", self.min_p, 0.0, 1.0, hint="use 0.0 to turn min-p off"))
+        check_int("seed", self.seed, 0, 2**32 - 1, hint=f"use {LLAMA_DEFAULT_SEED} for a random seed")
+        check_int("penalty_last_n", self.penalty_last_n, -1,
+                  hint="use -1 for the whole context, 0 to turn it off")  # fmt: skip
+        set_(self, "repeat_penalty", check_float("repeat_penalty", self.repeat_penalty, 0.0, lo_open=True,
+                                                 hint="use 1.0 to turn it off"))  # fmt: skip
+        for name in ("frequency_penalty", "presence_penalty"):
+            set_(self, name, check_float(name, getattr(self, name), hint="use 0.0 to turn it off"))
+        if self.grammar is not None and (
+            not isinstance(self.grammar, str) or not self.grammar.strip() or "\0" in self.grammar
+        ):
+            raise ConfigError(
+                f"grammar={self.grammar!r} is invalid: expected non-empty GBNF text without NUL "
+                "characters, or None for no grammar"
+            )
+        if not isinstance(self.grammar_root, str) or not _ROOT_RE.fullmatch(self.grammar_root):
+            raise ConfigError(
+                f"grammar_root={self.grammar_root!r} is invalid: expected a rule name of letters, "
+                "digits and '-', such as 'root'"
+            )
+
+    @classmethod
+    def from_options(cls, **opts: Any) -> Sampling:
+        """Build from keyword options named as the fields, as the public API passes them.
+
+        Raises:
+            ConfigError: An option name is unknown (the message lists the
+                valid ones) or a value is out of range.
+        """
+        unknown = opts.keys() - _OPTION_NAMES
+        if unknown:
+            raise ConfigError(
+                f"unknown sampling option(s) {', '.join(sorted(unknown))}; "
+                f"valid options: {', '.join(_OPTION_NAMES_ORDERED)}"
+            )
+        return cls(**opts)
+
+    def fill(self, struct: Any, ffi: Any, keepalive: list[Any]) -> None:
+        """Write these settings into a cffi ``sa_sampling_params *``.
+
+        The grammar strings are allocated with ``ffi`` and appended to
+        ``keepalive``, which the caller must keep alive as long as the struct
+        is in use. Without a grammar, ``grammar`` is NULL.
+        """
+        struct.temp = self.temp
+        struct.top_k = self.top_k
+        struct.top_p = self.top_p
+        struct.min_p = self.min_p
+        struct.seed = self.seed
+        struct.penalty_last_n = self.penalty_last_n
+        struct.penalty_repeat = self.repeat_penalty
+        struct.penalty_freq = self.frequency_penalty
+        struct.penalty_present = self.presence_penalty
+        if self.grammar is None:
+            struct.grammar = ffi.NULL
+        else:
+            grammar = ffi.new("char[]", self.grammar.encode("utf-8"))
+            keepalive.append(grammar)
+            struct.grammar = grammar
+        root = ffi.new("char[]", self.grammar_root.encode("ascii"))
+        keepalive.append(root)
+        struct.grammar_root = root
+
+
+_OPTION_NAMES_ORDERED = tuple(f.name for f in dataclasses.fields(Sampling))
+_OPTION_NAMES = frozenset(_OPTION_NAMES_ORDERED)

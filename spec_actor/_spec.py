@@ -1,0 +1,199 @@
+"""`Spec`: which speculative decoding to run, with llama.cpp's parameters."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, Literal, final
+
+from ._errors import ConfigError
+from ._validate import check_float, check_int
+
+__all__ = ["AUTO_N_DRAFT_CEILING", "SA_MAX_DRAFT_POS", "SPEC_TYPES", "Spec"]
+
+SA_MAX_DRAFT_POS = 64
+"""The most tokens one step may draft (the native per-position stats size)."""
+
+AUTO_N_DRAFT_CEILING = 16
+"""The draft length ceiling used with ``n_draft="auto"``."""
+
+_NGRAM_MAX = 1024  # the range llama.cpp's command line accepts for n-gram sizes
+
+# Canonical name -> (sa_spec_type value, default n_draft). Model drafts
+# (a draft model, EAGLE3, MTP, DFlash) default to 3 tokens: each costs a
+# forward pass of the drafter. N-gram lookups are nearly free: 8.
+_TYPES: dict[str, tuple[int, int]] = {
+    "none": (0, 0),
+    "draft-simple": (1, 3),
+    "draft-eagle3": (2, 3),
+    "draft-mtp": (3, 3),
+    "draft-dflash": (4, 3),
+    "ngram-simple": (5, 8),
+    "ngram-map-k": (6, 8),
+    "ngram-map-k4v": (7, 8),
+    "ngram-mod": (8, 8),
+    "ngram-cache": (9, 8),
+}
+_ALIASES = {"mtp": "draft-mtp", "draft": "draft-simple", "eagle3": "draft-eagle3", "dflash": "draft-dflash"}
+_NEEDS_DRAFT_MODEL = frozenset({"draft-simple", "draft-eagle3", "draft-dflash"})
+
+SPEC_TYPES: tuple[str, ...] = tuple(_TYPES)
+"""The canonical speculative type names, in llama.cpp's order."""
+
+
+@final
+@dataclass(frozen=True, slots=True, repr=False)
+class Spec:
+    """Speculative decoding settings: a llama.cpp type and its parameters.
+
+    ``type`` takes llama.cpp's names (`SPEC_TYPES`), the aliases ``mtp``,
+    ``draft``, ``eagle3`` and ``dflash``, and underscores for hyphens; it is
+    stored as the canonical name. Other defaults are llama.cpp's, except
+    ``n_draft`` (llama.cpp's ``n_max``): when omitted it is 3 for model drafts
+    (draft-simple, eagle3, mtp, dflash), where each drafted token costs a
+    forward pass of the drafter, 8 for the n-gram types, whose lookups are
+    nearly free, and 0 for ``none``. ``n_draft="auto"`` tunes the draft
+    length online with a ceiling of `AUTO_N_DRAFT_CEILING` (16).
+
+    Args:
+        type: The speculative type.
+        n_draft: Most tokens drafted per step (1 to 64), ``"auto"``, or None
+            for the type's default; never None after construction.
+        n_min: Fewest draft tokens worth verifying (0 to n_draft).
+        p_min: Draft-model greedy probability cut-off (0 to 1).
+        p_split: llama.cpp's draft split probability (0 to 1).
+        ngram_size_n: n-gram key size (ngram-simple, map-k, map-k4v).
+        ngram_size_m: m-gram value size (same types).
+        ngram_min_hits: Hits an n-gram needs before it drafts (same types).
+        ngram_mod_n_match: ngram-mod's lookup length.
+        ngram_mod_n_min: ngram-mod's fewest draft tokens.
+        ngram_mod_n_max: ngram-mod's most draft tokens (at most 64).
+        draft_model: The draft model (a loaded model or a GGUF path), needed
+            by and only by draft-simple, draft-eagle3 and draft-dflash;
+            stored as given.
+
+    Raises:
+        ConfigError: A parameter is out of range; the message names it, the
+            bad value and the allowed range.
+    """
+
+    type: str = "none"
+    n_draft: int | Literal["auto"] | None = None  # None: the type's default, set in __post_init__
+    n_min: int = 0
+    p_min: float = 0.0
+    p_split: float = 0.1
+    ngram_size_n: int = 12
+    ngram_size_m: int = 48
+    ngram_min_hits: int = 1
+    ngram_mod_n_match: int = 24
+    ngram_mod_n_min: int = 48
+    ngram_mod_n_max: int = 64
+    draft_model: Any = None
+
+    def __post_init__(self) -> None:
+        name = _canonical(self.type)
+        set_ = object.__setattr__
+        set_(self, "type", name)
+        default_n = _TYPES[name][1]
+        if self.n_draft is None:
+            set_(self, "n_draft", default_n)
+        elif self.n_draft == "auto":
+            if name == "none":
+                raise ConfigError("n_draft='auto' needs a speculative type; 'none' drafts nothing")
+        else:
+            check_int("n_draft", self.n_draft, 0 if name == "none" else 1, SA_MAX_DRAFT_POS,
+                      hint='or pass n_draft="auto"')  # fmt: skip
+        ceiling = self.max_draft
+        set_(self, "n_min", check_int("n_min", self.n_min, 0, ceiling, hint="n_min may not exceed n_draft"))
+        set_(self, "p_min", check_float("p_min", self.p_min, 0.0, 1.0))
+        set_(self, "p_split", check_float("p_split", self.p_split, 0.0, 1.0))
+        for field in ("ngram_size_n", "ngram_size_m", "ngram_min_hits", "ngram_mod_n_match"):
+            check_int(field, getattr(self, field), 1, _NGRAM_MAX)
+        check_int("ngram_mod_n_max", self.ngram_mod_n_max, 1, SA_MAX_DRAFT_POS)
+        check_int("ngram_mod_n_min", self.ngram_mod_n_min, 0, self.ngram_mod_n_max,
+                  hint="ngram_mod_n_min may not exceed ngram_mod_n_max")  # fmt: skip
+        if self.needs_draft_model and self.draft_model is None:
+            raise ConfigError(f"{name} needs draft_model=... (a loaded draft model or a GGUF path)")
+        if not self.needs_draft_model and self.draft_model is not None:
+            raise ConfigError(
+                f"{name} does not use draft_model; pass it only with "
+                f"{', '.join(sorted(_NEEDS_DRAFT_MODEL))}"
+            )
+
+    @property
+    def native_type(self) -> int:
+        """The ``sa_spec_type`` value of this type."""
+        return _TYPES[self.type][0]
+
+    @property
+    def adaptive(self) -> bool:
+        """Whether the draft length is tuned online (``n_draft="auto"``)."""
+        return self.n_draft == "auto"
+
+    @property
+    def max_draft(self) -> int:
+        """The most tokens drafted per step: ``n_draft``, or the ceiling when adaptive."""
+        n = self.n_draft
+        return n if isinstance(n, int) else AUTO_N_DRAFT_CEILING
+
+    @property
+    def needs_draft_model(self) -> bool:
+        """Whether this type drafts with a separate model (draft-simple, eagle3, dflash)."""
+        return self.type in _NEEDS_DRAFT_MODEL
+
+    @property
+    def is_mtp(self) -> bool:
+        """Whether this type drafts with the target's own MTP (NextN) layers."""
+        return self.type == "draft-mtp"
+
+    def check_batch(self, n_batch: int) -> None:
+        """Check that a context batch of ``n_batch`` tokens can verify a full draft.
+
+        Raises:
+            ConfigError: ``n_batch < max_draft + 1`` for a speculative type.
+        """
+        if self.type != "none" and n_batch < self.max_draft + 1:
+            raise ConfigError(
+                f"n_batch={n_batch} is too small for {self.type} with n_draft={self.n_draft!r}: "
+                f"it must be at least {self.max_draft + 1} (n_draft + 1)"
+            )
+
+    def fill(self, struct: Any) -> None:
+        """Write these settings into a cffi ``sa_spec_params *``.
+
+        ``draft_model`` is left alone: the caller sets the native pointer.
+        """
+        struct.type = self.native_type
+        struct.n_draft = self.max_draft
+        struct.n_min = self.n_min
+        struct.p_min = self.p_min
+        struct.p_split = self.p_split
+        struct.adaptive = int(self.adaptive)
+        struct.ngram_size_n = self.ngram_size_n
+        struct.ngram_size_m = self.ngram_size_m
+        struct.ngram_min_hits = self.ngram_min_hits
+        struct.ngram_mod_n_match = self.ngram_mod_n_match
+        struct.ngram_mod_n_min = self.ngram_mod_n_min
+        struct.ngram_mod_n_max = self.ngram_mod_n_max
+
+    def __repr__(self) -> str:
+        parts = [repr(self.type)]
+        for f in dataclasses.fields(self)[1:]:
+            value = getattr(self, f.name)
+            default = _TYPES[self.type][1] if f.name == "n_draft" else f.default
+            if value != default or type(value) is not type(default):
+                parts.append(f"{f.name}={value!r}")
+        return f"Spec({', '.join(parts)})"
+
+
+def _canonical(type_: object) -> str:
+    if not isinstance(type_, str):
+        raise ConfigError(f"type={type_!r} is invalid: expected a str, one of {', '.join(SPEC_TYPES)}")
+    key = type_.strip().lower().replace("_", "-")
+    key = _ALIASES.get(key, key)
+    if key not in _TYPES:
+        raise ConfigError(
+            f"type={type_!r} is not a speculative type: expected one of {', '.join(SPEC_TYPES)} "
+            f"or an alias ({', '.join(f'{a}={c}' for a, c in _ALIASES.items())})"
+        )
+    return key

@@ -1,0 +1,237 @@
+"""Frozen statistics snapshots of a speculative generation.
+
+A `StatsSnapshot` is built either from the stats map of a native event
+(`StatsSnapshot.from_map`, validated) or from the fields of a native
+``sa_stats`` struct (`StatsSnapshot.from_fields`, trusted and cheap).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, final
+
+from ._errors import EventDecodeError
+
+__all__ = ["NATIVE_FIELDS", "SA_MAX_DRAFT_POS", "StatsSnapshot", "Timings"]
+
+SA_MAX_DRAFT_POS = 64
+"""Length of the per-position arrays in the native ``sa_stats`` struct."""
+
+NATIVE_FIELDS: tuple[str, ...] = (
+    "iters", "drafts_generated", "drafts_accepted", "tokens_emitted",
+    "prompt_tokens", "requests", "t_prefill_us", "t_draft_us", "t_verify_us",
+    "t_sample_us", "t_total_us", "t_decode_us", "ttft_us", "n_draft",
+    "running", "tokens_per_sec", "acceptance_rate", "accepted_per_pos",
+    "drafted_per_pos",
+)  # fmt: skip
+"""The ``sa_stats`` field names, which are the keyword names of `StatsSnapshot.from_fields`."""
+
+# Stats map keys of the event schema: key -> accepted value types.
+_INT = (int,)
+_NUM = (int, float)
+_REQUIRED: dict[str, tuple[type, ...]] = {
+    "iters": _INT, "drafts_generated": _INT, "drafts_accepted": _INT,
+    "tokens_emitted": _INT, "prompt_tokens": _INT, "n_draft": _INT,
+    "t_prefill_us": _INT, "t_draft_us": _INT, "t_verify_us": _INT,
+    "t_sample_us": _INT, "t_total_us": _INT, "ttft_us": _INT,
+    "tokens_per_sec": _NUM, "acceptance_rate": _NUM,
+    "accepted_per_pos": (list,), "drafted_per_pos": (list,),
+}  # fmt: skip
+# Keys a map may leave out, with the value used then.
+_OPTIONAL: dict[str, tuple[tuple[type, ...], object]] = {
+    "requests": (_INT, 0),
+    "running": ((bool, int), False),
+    "t_decode_us": (_INT, 0),
+}
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class Timings:
+    """Time spent in each phase of generation, in microseconds."""
+
+    prefill: int
+    """Evaluating the prompt."""
+    draft: int
+    """Producing draft tokens (draft model, MTP head or n-gram lookup)."""
+    verify: int
+    """Evaluating drafts with the target model."""
+    sample: int
+    """Sampling and accepting tokens."""
+    total: int
+    """The whole run, prefill included."""
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class StatsSnapshot:
+    """A frozen snapshot of generation statistics.
+
+    Returned by the actor's ``stats()`` (cumulative, or for the last request)
+    and carried by ``Stats``, ``Done`` and ``Eog`` events. Counts are
+    cumulative over whatever the snapshot covers.
+    """
+
+    iters: int
+    """Loop steps (draft, verify, accept) run so far."""
+    drafts_generated: int
+    """Draft tokens proposed."""
+    drafts_accepted: int
+    """Draft tokens the target model accepted."""
+    acceptance_rate: float
+    """``drafts_accepted / drafts_generated``, computed natively (0.0 when nothing was drafted)."""
+    tokens_emitted: int
+    """Tokens produced (accepted drafts plus the target's own sample each step)."""
+    tokens_per_sec: float
+    """Tokens emitted per second of decoding, live while running."""
+    timing_us: Timings
+    """Time per phase, in microseconds."""
+    ttft_us: int
+    """Time to the first emitted token, in microseconds."""
+    prompt_tokens: int
+    """Prompt tokens evaluated."""
+    n_draft: int
+    """The current draft length ceiling (it changes when the draft length is adaptive)."""
+    accepted_per_pos: tuple[int, ...]
+    """Accepted draft tokens at each draft position (index 0 is the first drafted token)."""
+    drafted_per_pos: tuple[int, ...]
+    """Drafted tokens at each draft position; same length as `accepted_per_pos`."""
+    requests: int = 0
+    """Requests (runs) covered by this snapshot."""
+    running: bool = False
+    """Whether a run was in progress when the snapshot was taken."""
+    decode_us: int = 0
+    """Wall time since the first token, in microseconds, live while running."""
+
+    @classmethod
+    def from_fields(
+        cls,
+        *,
+        iters: int,
+        drafts_generated: int,
+        drafts_accepted: int,
+        tokens_emitted: int,
+        prompt_tokens: int,
+        t_prefill_us: int,
+        t_draft_us: int,
+        t_verify_us: int,
+        t_sample_us: int,
+        t_total_us: int,
+        ttft_us: int,
+        n_draft: int,
+        tokens_per_sec: float,
+        acceptance_rate: float,
+        accepted_per_pos: Iterable[int],
+        drafted_per_pos: Iterable[int],
+        requests: int = 0,
+        running: bool | int = False,
+        t_decode_us: int = 0,
+    ) -> StatsSnapshot:
+        """Build a snapshot from values named as in the native ``sa_stats`` struct.
+
+        No validation: for trusted native values. The per-position arrays may
+        be any iterable of ints (a cffi ``uint64_t[64]`` array works as is);
+        they are cut to ``n_draft`` entries, or longer where a later position
+        has a count (the ceiling can shrink under adaptive drafting), and
+        padded with zeros to at least ``n_draft``. With ``n_draft == 0`` only
+        trailing zeros are dropped.
+        """
+        accepted, drafted = _trim_per_pos(tuple(accepted_per_pos), tuple(drafted_per_pos), n_draft)
+        return cls(
+            iters=iters,
+            drafts_generated=drafts_generated,
+            drafts_accepted=drafts_accepted,
+            acceptance_rate=float(acceptance_rate),
+            tokens_emitted=tokens_emitted,
+            tokens_per_sec=float(tokens_per_sec),
+            timing_us=Timings(t_prefill_us, t_draft_us, t_verify_us, t_sample_us, t_total_us),
+            ttft_us=ttft_us,
+            prompt_tokens=prompt_tokens,
+            n_draft=n_draft,
+            accepted_per_pos=accepted,
+            drafted_per_pos=drafted,
+            requests=requests,
+            running=bool(running),
+            decode_us=t_decode_us,
+        )
+
+    @classmethod
+    def from_map(cls, d: Mapping[str, Any]) -> StatsSnapshot:
+        """Build a snapshot from the stats map of a native event.
+
+        The keys are those of the event schema in ``native/spec_actor.h``;
+        ``requests``, ``running`` and ``t_decode_us`` may be absent (0, False,
+        0). Float fields accept ints too.
+
+        Raises:
+            EventDecodeError: ``d`` is not a map, or a key is missing, unknown
+                or of the wrong type.
+        """
+        if not isinstance(d, Mapping):
+            raise EventDecodeError(f"stats: expected a map, found {type(d).__name__}")
+        missing = _REQUIRED.keys() - d.keys()
+        if missing:
+            raise EventDecodeError(f"stats map: missing key(s) {sorted(missing)}")
+        unknown = d.keys() - _REQUIRED.keys() - _OPTIONAL.keys()
+        if unknown:
+            raise EventDecodeError(f"stats map: unknown key(s) {sorted(map(str, unknown))}")
+        for key, types in _REQUIRED.items():
+            _check_type(key, d[key], types)
+        kw = dict(d)
+        for key, (types, default) in _OPTIONAL.items():
+            if key in kw:
+                _check_type(key, kw[key], types)
+            else:
+                kw[key] = default
+        for key in ("accepted_per_pos", "drafted_per_pos"):
+            values = kw[key]
+            if len(values) > SA_MAX_DRAFT_POS or any(type(v) is not int for v in values):
+                raise EventDecodeError(
+                    f"stats map: {key} must be a list of at most {SA_MAX_DRAFT_POS} ints, found {values!r}"
+                )
+        return cls.from_fields(**kw)
+
+    @property
+    def mean_accepted_per_step(self) -> float:
+        """Tokens emitted per loop step (``tokens_emitted / iters``; 0.0 before the first step).
+
+        Without speculation this is 1.0; each accepted draft token adds to it.
+        """
+        return self.tokens_emitted / self.iters if self.iters else 0.0
+
+    def summary(self) -> str:
+        """Return a one-line, human-readable summary."""
+        return (
+            f"{self.tokens_emitted} tokens at {self.tokens_per_sec:.1f} tok/s, "
+            f"{self.iters} steps ({self.mean_accepted_per_step:.2f} tokens/step), "
+            f"drafts {self.drafts_accepted}/{self.drafts_generated} accepted "
+            f"({self.acceptance_rate:.1%}), n_draft {self.n_draft}, "
+            f"prompt {self.prompt_tokens} tokens in {self.timing_us.prefill / 1000:.1f} ms, "
+            f"ttft {self.ttft_us / 1000:.1f} ms"
+        )
+
+
+def _check_type(key: str, value: object, types: tuple[type, ...]) -> None:
+    # bool is an int subclass: accept it only where listed explicitly.
+    if type(value) not in types:
+        want = " or ".join(t.__name__ for t in types)
+        raise EventDecodeError(f"stats map: {key} must be {want}, found {type(value).__name__} {value!r}")
+
+
+def _trim_per_pos(
+    accepted: tuple[int, ...], drafted: tuple[int, ...], n_draft: int
+) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    n = max(n_draft, _used_len(accepted), _used_len(drafted))
+    return _fit(accepted, n), _fit(drafted, n)
+
+
+def _used_len(values: tuple[int, ...]) -> int:
+    n = len(values)
+    while n and not values[n - 1]:
+        n -= 1
+    return n
+
+
+def _fit(values: tuple[int, ...], n: int) -> tuple[int, ...]:
+    return values[:n] if len(values) >= n else values + (0,) * (n - len(values))

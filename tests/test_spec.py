@@ -1,0 +1,139 @@
+from pathlib import Path
+
+import cffi
+import pytest
+
+from spec_actor._errors import ConfigError
+from spec_actor._spec import AUTO_N_DRAFT_CEILING, SPEC_TYPES, Spec
+
+HEADER = Path(__file__).resolve().parents[1] / "native" / "spec_actor.h"
+ffi = cffi.FFI()
+ffi.cdef(HEADER.read_text().split("/* CDEF-BEGIN */")[1].split("/* CDEF-END */")[0])
+SA_SPEC = ffi.typeof("sa_spec_type").relements  # enum name -> value
+
+MODEL_DRAFTS = {"draft-simple", "draft-eagle3", "draft-dflash", "draft", "eagle3", "dflash"}
+
+
+def make(type_: str, **kw) -> Spec:
+    """Spec(type_, **kw), with a draft model path where the type needs one."""
+    if type_ in MODEL_DRAFTS:
+        kw.setdefault("draft_model", "draft.gguf")
+    return Spec(type_, **kw)
+
+
+@pytest.mark.parametrize("name", SPEC_TYPES)
+def test_native_type_matches_header_enum(name):
+    assert make(name).native_type == SA_SPEC["SA_SPEC_" + name.upper().replace("-", "_")]
+
+
+@pytest.mark.parametrize(
+    ("given", "canonical"),
+    [("mtp", "draft-mtp"), ("draft", "draft-simple"), ("eagle3", "draft-eagle3"), ("dflash", "draft-dflash"),
+     ("ngram_map_k4v", "ngram-map-k4v"), (" NGRAM-MOD ", "ngram-mod"), ("draft_mtp", "draft-mtp")],
+)  # fmt: skip
+def test_type_names_normalise(given, canonical):
+    assert make(given).type == canonical
+
+
+def test_unknown_type_lists_valid_names():
+    with pytest.raises(ConfigError, match="'eagle'.*ngram-cache.*mtp=draft-mtp"):
+        Spec("eagle")
+    with pytest.raises(ConfigError, match="expected a str"):
+        Spec(3)  # type: ignore[arg-type]
+
+
+def test_defaults_per_type():
+    assert Spec().type == "none" and Spec().n_draft == 0
+    assert Spec("mtp").n_draft == 3
+    assert make("draft").n_draft == 3
+    assert Spec("ngram-mod").n_draft == 8
+    spec = Spec("ngram-simple")
+    assert (spec.n_min, spec.p_min, spec.p_split) == (0, 0.0, 0.1)
+    assert (spec.ngram_size_n, spec.ngram_size_m, spec.ngram_min_hits) == (12, 48, 1)
+    assert (spec.ngram_mod_n_match, spec.ngram_mod_n_min, spec.ngram_mod_n_max) == (24, 48, 64)
+
+
+def test_flags():
+    assert Spec("mtp").is_mtp and not Spec("mtp").needs_draft_model
+    assert make("eagle3").needs_draft_model and not make("eagle3").is_mtp
+    assert not Spec("ngram-cache").needs_draft_model
+    auto = Spec("ngram-mod", n_draft="auto")
+    assert auto.adaptive and auto.max_draft == AUTO_N_DRAFT_CEILING == 16
+    assert not Spec("ngram-mod").adaptive and Spec("ngram-mod").max_draft == 8
+
+
+@pytest.mark.parametrize(
+    ("kw", "needle"),
+    [
+        (dict(type="mtp", n_draft=0), "n_draft=0 is invalid: expected an int from 1 to 64"),
+        (dict(type="mtp", n_draft=65), "n_draft=65 is invalid: expected an int from 1 to 64"),
+        (dict(type="mtp", n_draft=2.0), "n_draft=2.0"),
+        (dict(type="mtp", n_draft="max"), "n_draft='max'"),
+        (dict(type="none", n_draft="auto"), "n_draft='auto' needs a speculative type"),
+        (dict(type="mtp", n_draft=4, n_min=5), "n_min=5 is invalid: expected an int from 0 to 4"),
+        (dict(type="mtp", n_draft="auto", n_min=17), "n_min=17 is invalid: expected an int from 0 to 16"),
+        (dict(type="mtp", n_min=-1), "n_min=-1"),
+        (dict(type="mtp", p_min=1.5), "p_min=1.5 is invalid: expected a finite number >= 0 and <= 1"),
+        (dict(type="mtp", p_min=float("nan")), "p_min=nan"),
+        (dict(type="mtp", p_min=-0.1), "p_min=-0.1"),
+        (dict(type="mtp", p_split=2), "p_split=2"),
+        (dict(type="ngram-simple", ngram_size_n=0), "ngram_size_n=0 is invalid: expected an int from 1 to 1024"),
+        (dict(type="ngram-simple", ngram_size_m=0), "ngram_size_m=0"),
+        (dict(type="ngram-simple", ngram_min_hits=0), "ngram_min_hits=0"),
+        (dict(type="ngram-mod", ngram_mod_n_match=0), "ngram_mod_n_match=0"),
+        (dict(type="ngram-mod", ngram_mod_n_max=65), "ngram_mod_n_max=65 is invalid: expected an int from 1 to 64"),
+        (dict(type="ngram-mod", ngram_mod_n_min=9, ngram_mod_n_max=8), "ngram_mod_n_min=9"),
+        (dict(type="draft-simple"), "draft-simple needs draft_model=..."),
+        (dict(type="dflash"), "draft-dflash needs draft_model=..."),
+        (dict(type="mtp", draft_model="x.gguf"), "draft-mtp does not use draft_model"),
+    ],
+)
+def test_bad_values_raise_config_error_naming_parameter_and_range(kw, needle):
+    with pytest.raises(ConfigError) as info:
+        Spec(**kw)
+    assert needle in str(info.value)
+    assert isinstance(info.value, ValueError)
+
+
+def test_boundaries_accepted():
+    assert Spec("mtp", n_draft=64, n_min=64, p_min=1.0).n_min == 64
+    assert Spec("mtp", n_draft=1, p_min=0).p_min == 0.0
+    assert Spec("none", n_draft=5).n_draft == 5
+
+
+def test_check_batch():
+    spec = Spec("ngram-mod", n_draft=8)
+    spec.check_batch(9)
+    with pytest.raises(ConfigError, match="n_batch=8 .* at least 9"):
+        spec.check_batch(8)
+    with pytest.raises(ConfigError, match="at least 17"):
+        Spec("mtp", n_draft="auto").check_batch(16)
+    Spec().check_batch(1)
+
+
+def test_fill_writes_struct_and_leaves_draft_model():
+    struct = ffi.new("sa_spec_params *")
+    sentinel = ffi.cast("const sa_model *", 0x1234)
+    struct.draft_model = sentinel
+    make("draft", n_draft="auto", n_min=2, p_min=0.75, p_split=0.25, ngram_size_n=3, ngram_size_m=5,
+         ngram_min_hits=2, ngram_mod_n_match=7, ngram_mod_n_min=4, ngram_mod_n_max=9).fill(struct)  # fmt: skip
+    assert struct.type == SA_SPEC["SA_SPEC_DRAFT_SIMPLE"]
+    assert (struct.n_draft, struct.adaptive, struct.n_min) == (16, 1, 2)
+    assert (struct.p_min, struct.p_split) == (0.75, 0.25)
+    assert (struct.ngram_size_n, struct.ngram_size_m, struct.ngram_min_hits) == (3, 5, 2)
+    assert (struct.ngram_mod_n_match, struct.ngram_mod_n_min, struct.ngram_mod_n_max) == (7, 4, 9)
+    assert struct.draft_model == sentinel
+    Spec("ngram-cache", n_draft=5).fill(struct)
+    assert (struct.type, struct.n_draft, struct.adaptive) == (9, 5, 0)
+
+
+def test_equal_hashable_and_repr_shows_non_defaults():
+    assert Spec("ngram_mod") == Spec("ngram-mod", n_draft=8)
+    assert hash(Spec("mtp")) == hash(Spec("draft-mtp", n_draft=3))
+    assert len({Spec("mtp"), Spec("draft-mtp"), Spec("mtp", n_draft=4)}) == 2
+    assert repr(Spec()) == "Spec('none')"
+    assert repr(Spec("mtp")) == "Spec('draft-mtp')"
+    assert repr(Spec("ngram_mod", n_draft=4, p_min=0.5)) == "Spec('ngram-mod', n_draft=4, p_min=0.5)"
+    assert repr(make("draft")) == "Spec('draft-simple', draft_model='draft.gguf')"
+    with pytest.raises(AttributeError):
+        Spec().n_draft = 4  # type: ignore[misc]
