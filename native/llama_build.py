@@ -1,0 +1,259 @@
+"""Obtain llama.cpp source and build it once per (source, flags) into a cache.
+
+Run by CMake at configure time (see ../CMakeLists.txt); usable by hand too:
+
+    python native/llama_build.py --print-prefix
+
+Source, in order of preference:
+  1. ``SPEC_ACTOR_LLAMA_CPP_DIR``: a local llama.cpp checkout;
+  2. the ``vendor/llama.cpp`` tree of the PyPI source distribution
+     ``llama-cpp-python==0.3.36``, fetched with pip into the cache.
+
+The build lands in ``$SPEC_ACTOR_CACHE_DIR`` (default
+``~/.cache/spec_actor``) under a key made of the source hash, the CMake flags
+(``CMAKE_ARGS`` included) and the compiler, so a second install, an editable
+install or a CI run on the same machine reuses it instead of recompiling.
+Prints the install prefix (``lib/`` with the shared libraries, ``include/``)
+as its last line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fcntl
+import hashlib
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+from pathlib import Path
+
+LLAMA_CPP_PYTHON_VERSION = "0.3.36"
+BUILD_RECIPE_VERSION = "2"  # bump when the flags below change meaning
+
+# llama.cpp options, in one place. Shared libraries so that every backend
+# (CPU, CUDA, ...) carries its own link dependencies; they are installed next
+# to the Python extension and found through an $ORIGIN rpath.
+LLAMA_CMAKE_FLAGS = [
+    "-DCMAKE_BUILD_TYPE=Release",
+    "-DBUILD_SHARED_LIBS=ON",
+    "-DLLAMA_BUILD_COMMON=ON",  # common_speculative, samplers, n-gram caches
+    "-DLLAMA_BUILD_TESTS=OFF",
+    "-DLLAMA_BUILD_TOOLS=OFF",
+    "-DLLAMA_BUILD_EXAMPLES=OFF",
+    "-DLLAMA_BUILD_SERVER=OFF",
+    "-DLLAMA_BUILD_APP=OFF",
+    "-DLLAMA_OPENSSL=OFF",  # no downloads from inside the library
+    "-DLLAMA_SUBPROCESS=OFF",
+    "-DLLAMA_BUILD_UI=OFF",
+    "-DLLAMA_USE_PREBUILT_UI=OFF",
+    "-DGGML_BACKEND_DL=OFF",
+    "-DCMAKE_INSTALL_LIBDIR=lib",
+    "-DCMAKE_INSTALL_RPATH=$ORIGIN",
+    "-DCMAKE_BUILD_WITH_INSTALL_RPATH=ON",  # libraries find each other next to the extension
+]
+
+# Targets that the shim links; building only these skips unrelated code.
+LLAMA_TARGETS = ["llama", "llama-common", "ggml"]
+
+
+# x86 CPU features -> ggml options, for the AMX work-around below.
+_X86_FEATURE_OPTIONS = {
+    "sse4_2": "GGML_SSE42", "avx": "GGML_AVX", "avx2": "GGML_AVX2", "bmi2": "GGML_BMI2",
+    "fma": "GGML_FMA", "f16c": "GGML_F16C", "avx_vnni": "GGML_AVX_VNNI", "avx512f": "GGML_AVX512",
+    "avx512vbmi": "GGML_AVX512_VBMI", "avx512_vnni": "GGML_AVX512_VNNI", "avx512_bf16": "GGML_AVX512_BF16",
+}
+
+
+def cpu_flags() -> list[str]:
+    """CMake flags for this CPU (see docs/decisions/0002-no-amx.md).
+
+    ggml's AMX matmul crashes (SIGSEGV in ggml_backend_amx_mul_mat) on the
+    AMX-capable Xeons we build on, and -march=native turns it on. On such a
+    CPU we build for its exact instruction set minus AMX instead; elsewhere
+    GGML_NATIVE stays as llama.cpp sets it. A user's own GGML_NATIVE / CPU
+    flags in CMAKE_ARGS win.
+    """
+    if "GGML_NATIVE" in os.environ.get("CMAKE_ARGS", "") or not os.path.exists("/proc/cpuinfo"):
+        return []
+    flags: set[str] = set()
+    with open("/proc/cpuinfo") as fh:
+        for line in fh:
+            if line.startswith("flags"):
+                flags = set(line.split(":", 1)[1].split())
+                break
+    if "amx_tile" not in flags:
+        return []
+    return ["-DGGML_NATIVE=OFF"] + [
+        f"-D{option}={'ON' if feature in flags else 'OFF'}" for feature, option in _X86_FEATURE_OPTIONS.items()
+    ]
+
+
+def log(msg: str) -> None:
+    print(f"[spec_actor build] {msg}", file=sys.stderr, flush=True)
+
+
+def cache_root() -> Path:
+    env = os.environ.get("SPEC_ACTOR_CACHE_DIR")
+    if env:
+        return Path(env).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg).expanduser() if xdg else Path.home() / ".cache") / "spec_actor"
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def tree_fingerprint(root: Path) -> str:
+    """Hash of the paths, sizes and mtimes of the source files that get built."""
+    digest = hashlib.sha256()
+    for sub in ("CMakeLists.txt", "cmake", "include", "src", "common", "ggml", "vendor"):
+        base = root / sub
+        files = [base] if base.is_file() else sorted(p for p in base.rglob("*") if p.is_file())
+        for p in files:
+            st = p.stat()
+            digest.update(f"{p.relative_to(root)}:{st.st_size}:{st.st_mtime_ns}\n".encode())
+    return digest.hexdigest()
+
+
+def fetch_sdist(dest: Path) -> Path:
+    """Download the llama-cpp-python sdist with pip (no build, no deps)."""
+    dest.mkdir(parents=True, exist_ok=True)
+    found = sorted(dest.glob(f"llama_cpp_python-{LLAMA_CPP_PYTHON_VERSION}.tar.gz"))
+    if found:
+        return found[0]
+    log(f"downloading llama-cpp-python=={LLAMA_CPP_PYTHON_VERSION} source with pip")
+    subprocess.run(
+        [
+            sys.executable, "-m", "pip", "download", "--no-deps", "--no-build-isolation",
+            "--no-binary", "llama-cpp-python", "--disable-pip-version-check",
+            f"llama-cpp-python=={LLAMA_CPP_PYTHON_VERSION}", "-d", str(dest),
+        ],
+        check=True,
+        stdout=sys.stderr,
+    )
+    found = sorted(dest.glob("llama_cpp_python-*.tar.gz"))
+    if not found:
+        raise SystemExit("pip download did not produce the llama-cpp-python sdist")
+    return found[0]
+
+
+def extract_vendor_tree(sdist: Path, dest: Path) -> Path:
+    """Unpack only vendor/llama.cpp of the sdist into dest (idempotent)."""
+    stamp = dest / ".extracted"
+    if stamp.exists():
+        return dest
+    tmp = Path(tempfile.mkdtemp(dir=dest.parent))
+    with tarfile.open(sdist) as tar:
+        members = [m for m in tar.getmembers() if "/vendor/llama.cpp/" in m.name]
+        tar.extractall(tmp, members=members, filter="data")
+    roots = list(tmp.glob("*/vendor/llama.cpp"))
+    if not roots:
+        raise SystemExit(f"{sdist} has no vendor/llama.cpp tree")
+    shutil.rmtree(dest, ignore_errors=True)
+    roots[0].rename(dest)
+    shutil.rmtree(tmp, ignore_errors=True)
+    stamp.write_text(sdist.name)
+    return dest
+
+
+def compiler_id() -> str:
+    cxx = os.environ.get("CXX", "c++")
+    try:
+        out = subprocess.run([cxx, "--version"], capture_output=True, text=True, check=False)
+        return out.stdout.splitlines()[0] if out.stdout else cxx
+    except OSError:
+        return cxx
+
+
+def resolve_source(root: Path) -> tuple[Path, str]:
+    """Return (llama.cpp source dir, source hash)."""
+    local = os.environ.get("SPEC_ACTOR_LLAMA_CPP_DIR")
+    if local:
+        src = Path(local).expanduser().resolve()
+        if not (src / "include" / "llama.h").is_file():
+            raise SystemExit(f"SPEC_ACTOR_LLAMA_CPP_DIR={local} is not a llama.cpp tree (no include/llama.h)")
+        return src, "local-" + tree_fingerprint(src)
+    sdist = fetch_sdist(root / "sdist")
+    sha = file_sha256(sdist)
+    return extract_vendor_tree(sdist, root / f"src-{sha[:16]}"), "sdist-" + sha
+
+
+def ensure_built(cmake: str, generator: str | None, make_program: str | None) -> Path:
+    root = cache_root()
+    root.mkdir(parents=True, exist_ok=True)
+    with open(root / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        src, src_hash = resolve_source(root)
+        user_args = cpu_flags() + shlex.split(os.environ.get("CMAKE_ARGS", ""))
+        key_text = "\n".join([BUILD_RECIPE_VERSION, src_hash, compiler_id(), *LLAMA_CMAKE_FLAGS, *user_args])
+        key = hashlib.sha256(key_text.encode()).hexdigest()[:20]
+        work = root / f"llama-{key}"
+        prefix = work / "prefix"
+        if (work / ".done").exists():
+            log(f"reusing cached llama.cpp build {work}")
+            return prefix
+        log(f"building llama.cpp from {src} into {work} (cached for later installs)")
+        build = work / "build"
+        gen_args = ["-G", generator] if generator else (["-G", "Ninja"] if shutil.which("ninja") else [])
+        if make_program:
+            gen_args.append(f"-DCMAKE_MAKE_PROGRAM={make_program}")
+        jobs = os.environ.get("CMAKE_BUILD_PARALLEL_LEVEL", str(os.cpu_count() or 2))
+        subprocess.run(
+            [cmake, "-S", str(src), "-B", str(build), *gen_args, *LLAMA_CMAKE_FLAGS,
+             f"-DCMAKE_INSTALL_PREFIX={prefix}", *user_args],
+            check=True, stdout=sys.stderr,
+        )
+        targets = [a for t in LLAMA_TARGETS for a in ("--target", t)]
+        subprocess.run([cmake, "--build", str(build), "-j", jobs, *targets], check=True, stdout=sys.stderr)
+        install_tree(src, build, prefix)
+        (work / "key.txt").write_text(key_text)
+        (work / ".done").write_text("ok")
+        return prefix
+
+
+def install_tree(src: Path, build: Path, prefix: Path) -> None:
+    """Copy the shared libraries and the headers the shim needs into prefix."""
+    shutil.rmtree(prefix, ignore_errors=True)
+    (prefix / "lib").mkdir(parents=True)
+    for lib in build.rglob("*.so*"):
+        if lib.is_file() or lib.is_symlink():
+            target = prefix / "lib" / lib.name
+            if lib.is_symlink():
+                target.symlink_to(os.readlink(lib))
+            else:
+                shutil.copy2(lib, target)
+    inc = prefix / "include"
+    shutil.copytree(src / "include", inc)
+    shutil.copytree(src / "ggml" / "include", inc, dirs_exist_ok=True)
+    common_inc = inc / "common"
+    common_inc.mkdir()
+    for h in (src / "common").glob("*.h"):
+        shutil.copy2(h, common_inc / h.name)
+    for h in (src / "common").glob("*.hpp"):
+        shutil.copy2(h, common_inc / h.name)
+    vendor = src / "vendor"
+    if vendor.is_dir():
+        shutil.copytree(vendor, inc / "vendor", ignore=shutil.ignore_patterns("*.c", "*.cpp"))
+    (prefix / "source-dir.txt").write_text(str(src))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cmake", default=shutil.which("cmake") or "cmake", help="cmake executable")
+    parser.add_argument("--generator", default=None, help="CMake generator (default: Ninja if found)")
+    parser.add_argument("--make-program", default=None, help="build tool for the generator")
+    args = parser.parse_args()
+    print(ensure_built(args.cmake, args.generator, args.make_program))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,232 @@
+/*
+ * spec_actor native shim: a C ABI over llama.cpp and common_speculative.
+ *
+ * Rules of this ABI
+ *  - No C++ exception and no llama.cpp abort crosses it: every entry point
+ *    catches, validates its inputs first, and returns an sa_status.
+ *  - On failure the message for the calling thread is in sa_last_error().
+ *  - Handles are owned by the caller: sa_*_free releases them; a session must
+ *    be freed before the model(s) it was made from.
+ *  - sa_session_cancel and sa_session_stats may be called from any thread at
+ *    any time, also while sa_session_run is running; they take no lock.
+ *
+ * This header is parsed by cffi (spec_actor/nif/_build.py): keep it to plain C
+ * declarations between the CDEF markers, no preprocessor logic there.
+ *
+ * EVENT SCHEMA (msgpack, version SA_EVENT_SCHEMA_VERSION)
+ *  sa_session_run hands the callback one *batch* per loop step: a msgpack
+ *  array of events, each event an array whose first element is its kind:
+ *    [0, token_id:int, piece:bin]        SA_EV_TOKEN  one accepted token; piece is
+ *                                        the raw bytes of its text (may be a
+ *                                        partial UTF-8 sequence)
+ *    [1, stats:map]                      SA_EV_STATS  a stats snapshot (below)
+ *    [2, stats:map]                      SA_EV_DONE   max_tokens reached (terminal)
+ *    [3, stats:map, eog_token_id:int]    SA_EV_EOG    end-of-generation token (terminal;
+ *                                        the EOG token itself is not emitted)
+ *    [4, code:int, message:str]          SA_EV_ERROR  native failure (terminal)
+ *  A cancelled run emits no terminal event; its status says SA_CANCELLED.
+ *  stats map keys (all ints unless noted):
+ *    iters, drafts_generated, drafts_accepted, tokens_emitted, prompt_tokens,
+ *    n_draft, t_prefill_us, t_draft_us, t_verify_us, t_sample_us, t_total_us,
+ *    ttft_us, tokens_per_sec (float), acceptance_rate (float),
+ *    accepted_per_pos (array of int), drafted_per_pos (array of int)
+ */
+#ifndef SPEC_ACTOR_H
+#define SPEC_ACTOR_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define SA_EVENT_SCHEMA_VERSION 1
+#define SA_MAX_DRAFT_POS 64
+
+/* CDEF-BEGIN */
+typedef enum {
+    SA_OK = 0,
+    SA_CANCELLED = 1,          /* run stopped by sa_session_cancel / abort callback */
+    SA_STOPPED = 2,            /* run stopped because the event callback asked to */
+    SA_ERR_INVALID_ARG = 10,   /* a parameter is out of bounds */
+    SA_ERR_MODEL_LOAD = 11,    /* file missing, not a GGUF, unsupported architecture */
+    SA_ERR_CONTEXT = 12,       /* context creation failed (memory, params) */
+    SA_ERR_SPEC = 13,          /* speculative setup failed (no MTP layers, vocab mismatch) */
+    SA_ERR_PROMPT = 14,        /* empty prompt or longer than the context */
+    SA_ERR_GRAMMAR = 15,       /* GBNF grammar does not parse */
+    SA_ERR_DECODE = 16,        /* llama_decode failed */
+    SA_ERR_BUFFER = 17,        /* output buffer too small; needed size returned */
+    SA_ERR_INTERNAL = 18       /* unexpected native exception */
+} sa_status;
+
+typedef enum {
+    SA_EV_TOKEN = 0,
+    SA_EV_STATS = 1,
+    SA_EV_DONE = 2,
+    SA_EV_EOG = 3,
+    SA_EV_ERROR = 4
+} sa_event_kind;
+
+/* Speculative types, in llama.cpp's order and by llama.cpp's names. */
+typedef enum {
+    SA_SPEC_NONE = 0,
+    SA_SPEC_DRAFT_SIMPLE = 1,
+    SA_SPEC_DRAFT_EAGLE3 = 2,
+    SA_SPEC_DRAFT_MTP = 3,
+    SA_SPEC_DRAFT_DFLASH = 4,
+    SA_SPEC_NGRAM_SIMPLE = 5,
+    SA_SPEC_NGRAM_MAP_K = 6,
+    SA_SPEC_NGRAM_MAP_K4V = 7,
+    SA_SPEC_NGRAM_MOD = 8,
+    SA_SPEC_NGRAM_CACHE = 9
+} sa_spec_type;
+
+typedef struct sa_model sa_model;
+typedef struct sa_session sa_session;
+
+typedef struct {
+    int32_t n_gpu_layers;   /* -1: all layers */
+    int32_t use_mmap;
+    int32_t use_mlock;
+    int32_t load_mtp;       /* load NextN/MTP layers */
+    int32_t vocab_only;
+} sa_model_params;
+
+typedef struct {
+    char arch[64];
+    char description[128];
+    uint64_t n_params;
+    uint64_t size_bytes;
+    int32_t n_vocab;
+    int32_t n_ctx_train;
+    int32_t n_layer;
+    int32_t n_embd;
+    int32_t n_layer_nextn;
+    int32_t is_recurrent;   /* recurrent or hybrid: needs checkpoints to roll back */
+    int32_t token_bos;
+    int32_t token_eos;
+    int32_t vocab_type;
+    int32_t add_bos;
+} sa_model_info;
+
+typedef struct {
+    uint32_t n_ctx;
+    uint32_t n_batch;
+    uint32_t n_ubatch;
+    int32_t n_threads;
+    int32_t n_threads_batch;
+    int32_t type_k;          /* ggml_type; -1 = default (f16) */
+    int32_t type_v;
+    int32_t flash_attn;      /* -1 auto, 0 off, 1 on */
+} sa_context_params;
+
+typedef struct {
+    int32_t type;            /* sa_spec_type */
+    int32_t n_draft;         /* llama.cpp n_max: most tokens drafted per step */
+    int32_t n_min;           /* fewest draft tokens worth verifying */
+    float p_min;             /* draft-model greedy probability cut-off */
+    float p_split;
+    int32_t adaptive;        /* tune the draft length online (n_draft is the ceiling) */
+    int32_t ngram_size_n;    /* n-gram key size (ngram-simple / map-k / map-k4v) */
+    int32_t ngram_size_m;    /* m-gram value size */
+    int32_t ngram_min_hits;
+    int32_t ngram_mod_n_match;
+    int32_t ngram_mod_n_min;
+    int32_t ngram_mod_n_max;
+    const sa_model * draft_model;  /* draft-simple / eagle3 / dflash */
+} sa_spec_params;
+
+typedef struct {
+    float temp;              /* <= 0: greedy */
+    int32_t top_k;
+    float top_p;
+    float min_p;
+    uint32_t seed;
+    int32_t penalty_last_n;
+    float penalty_repeat;
+    float penalty_freq;
+    float penalty_present;
+    const char * grammar;    /* GBNF text or NULL */
+    const char * grammar_root;
+} sa_sampling_params;
+
+typedef struct {
+    const int32_t * prompt;  /* token ids */
+    int32_t n_prompt;
+    int32_t max_tokens;
+    int32_t emit_stats_every;   /* 0: no periodic stats events */
+    sa_sampling_params sampling;
+} sa_run_params;
+
+typedef struct {
+    uint64_t iters;
+    uint64_t drafts_generated;
+    uint64_t drafts_accepted;
+    uint64_t tokens_emitted;
+    uint64_t prompt_tokens;
+    uint64_t requests;
+    int64_t t_prefill_us;
+    int64_t t_draft_us;
+    int64_t t_verify_us;
+    int64_t t_sample_us;
+    int64_t t_total_us;
+    int64_t t_decode_us;     /* wall time since the first token, live while running */
+    int64_t ttft_us;
+    int32_t n_draft;         /* current draft ceiling (changes under adaptive) */
+    int32_t running;
+    double tokens_per_sec;   /* tokens_emitted / decode wall time, live */
+    double acceptance_rate;
+    uint64_t accepted_per_pos[64];
+    uint64_t drafted_per_pos[64];
+} sa_stats;
+
+/* Return 0 to continue, non-zero to stop the run (status SA_STOPPED). */
+typedef int (*sa_event_cb)(void * user, const uint8_t * data, size_t len);
+
+const char * sa_last_error(void);
+int32_t sa_event_schema_version(void);
+void sa_backend_init(void);
+void sa_set_log_level(int32_t level);  /* 0 silent ... 4 debug; default 1 (errors) */
+const char * sa_system_info(void);
+
+sa_status sa_model_load(const char * path, const sa_model_params * params, sa_model ** out);
+void sa_model_free(sa_model * model);
+sa_status sa_model_get_info(const sa_model * model, sa_model_info * out);
+/* Chat template text; SA_ERR_BUFFER with *n_out = needed size if cap is too small. */
+sa_status sa_model_chat_template(const sa_model * model, char * buf, int32_t cap, int32_t * n_out);
+sa_status sa_model_meta(const sa_model * model, const char * key, char * buf, int32_t cap, int32_t * n_out);
+
+sa_status sa_tokenize(const sa_model * model, const char * text, int32_t len, int32_t add_special,
+                      int32_t parse_special, int32_t * out, int32_t cap, int32_t * n_out);
+sa_status sa_token_piece(const sa_model * model, int32_t token, int32_t special,
+                         char * buf, int32_t cap, int32_t * n_out);
+int32_t sa_token_is_eog(const sa_model * model, int32_t token);
+sa_status sa_vocab_compatible(const sa_model * target, const sa_model * draft);
+
+sa_status sa_session_new(sa_model * model, const sa_context_params * cparams,
+                         const sa_spec_params * sparams, sa_session ** out);
+void sa_session_free(sa_session * session);
+sa_status sa_session_run(sa_session * session, const sa_run_params * params,
+                         sa_event_cb cb, void * user);
+void sa_session_cancel(sa_session * session);
+void sa_session_clear_cancel(sa_session * session);
+int32_t sa_session_cancel_requested(const sa_session * session);
+/* which: 0 cumulative for the session, 1 the last (or current) run. */
+void sa_session_stats(const sa_session * session, int32_t which, sa_stats * out);
+uint32_t sa_session_n_ctx(const sa_session * session);
+uint32_t sa_session_n_batch(const sa_session * session);
+/* Logits of the last run's first divergence probe: top-2 margin at a position.
+ * Runs a plain forward pass over tokens and reports logit(top1) - logit(top2)
+ * at the last position, with the two token ids. */
+sa_status sa_session_top2(sa_session * session, const int32_t * tokens, int32_t n,
+                          int32_t * top1, int32_t * top2, float * margin);
+/* llama.cpp's own speculative summary (common_speculative_print_stats) to stderr. */
+void sa_session_print_stats(const sa_session * session);
+/* CDEF-END */
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

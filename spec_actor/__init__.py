@@ -1,0 +1,73 @@
+"""spec_actor: fast local LLM generation with speculative decoding, for trio.
+
+A generation actor runs llama.cpp's native speculative loop (MTP, draft
+model, EAGLE-3, n-gram) in a worker thread and streams its events into trio
+memory channels; see ``open_actor``.
+"""
+
+from ._errors import (
+    ActorClosedError,
+    ConfigError,
+    ContextError,
+    DecodeError,
+    EventDecodeError,
+    GenerationTimeout,
+    GrammarError,
+    ModelLoadError,
+    ModelMissingError,
+    PromptError,
+    QueueFullError,
+    SpecActorError,
+    SpecError,
+)
+from ._events import Done, Eog, Error, Event, Stats, Token
+from ._model import Model, ModelInfo, default_model_path, load_model
+from ._sampling import Sampling
+from ._session import RunResult, Session
+from ._spec import SPEC_TYPES, Spec
+from ._stats import StatsSnapshot, Timings
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "SPEC_TYPES",
+    "ActorClosedError",
+    "ConfigError",
+    "ContextError",
+    "DecodeError",
+    "Done",
+    "Eog",
+    "Error",
+    "Event",
+    "EventDecodeError",
+    "GenerationTimeout",
+    "GrammarError",
+    "Model",
+    "ModelInfo",
+    "ModelLoadError",
+    "ModelMissingError",
+    "PromptError",
+    "QueueFullError",
+    "RunResult",
+    "Sampling",
+    "Session",
+    "Spec",
+    "SpecActorError",
+    "SpecError",
+    "Stats",
+    "StatsSnapshot",
+    "Timings",
+    "Token",
+    "default_model_path",
+    "load_model",
+]
+
+# Public names show the public module in reprs and tracebacks.
+for _name in __all__:
+    _obj = globals()[_name]
+    if getattr(_obj, "__module__", "").startswith("spec_actor._"):
+        try:
+            _obj.__module__ = "spec_actor"
+        except (AttributeError, TypeError):
+            pass
+del _name, _obj

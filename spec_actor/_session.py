@@ -1,0 +1,237 @@
+"""Synchronous speculative sessions: one native context, one run at a time."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+from ._errors import ConfigError, PromptError
+from ._events import TERMINAL, BatchDecoder, Done, Eog, Error, Event, RawToken, Token
+from ._model import Model, load_model
+from ._sampling import Sampling
+from ._spec import Spec
+from ._stats import StatsSnapshot
+from ._utf8 import Utf8Stream
+from .nif import session as _ns
+
+# ggml type ids accepted for the KV cache (type_k / type_v).
+KV_TYPES = {"f32": 0, "f16": 1, "q4_0": 2, "q4_1": 3, "q5_0": 6, "q5_1": 7, "q8_0": 8, "bf16": 30}
+
+EventSink = Callable[[list[Event]], "bool | None"]
+
+
+@dataclass(frozen=True, slots=True)
+class RunResult:
+    """What one `Session.run` produced."""
+
+    text: str
+    """The generated text (joined token pieces)."""
+    tokens: tuple[int, ...]
+    """The generated token ids (without the end-of-generation token)."""
+    status: str
+    """'done', 'eog', 'error', 'cancelled' or 'stopped' (the sink asked to stop)."""
+    terminal: Done | Eog | Error | None
+    """The terminal event, or None when cancelled or stopped."""
+    stats: StatsSnapshot
+    """Statistics of this run."""
+
+
+def _threads(n: int | None) -> int:
+    return n if n is not None else max(1, os.cpu_count() or 1)
+
+
+def _kv_type(value: str | int | None, name: str) -> int:
+    if value is None:
+        return -1
+    if isinstance(value, int) and value >= 0:
+        return value
+    if isinstance(value, str) and value.lower() in KV_TYPES:
+        return KV_TYPES[value.lower()]
+    raise ConfigError(f"{name}={value!r} is not a KV cache type; use one of {sorted(KV_TYPES)}")
+
+
+class Session:
+    """A speculative decoding session over a loaded model.
+
+    Owns one native target context (plus the draft context the speculative
+    type needs). ``run`` blocks: the actor calls it in a worker thread.
+
+    Thread-safety: one ``run`` at a time. ``cancel`` and ``stats`` may be
+    called from any thread while ``run`` is in progress; they take no lock.
+
+    Cancellation: ``cancel()`` sets a native flag that the loop checks every
+    step and that llama.cpp checks between graph nodes (its abort callback),
+    so a long prompt prefill stops within milliseconds. The flag stays set
+    until ``clear_cancel()``; ``run(clear_cancel=True)`` (the default)
+    clears it first.
+    """
+
+    def __init__(self, model: Model, *, spec: Spec | str = "none", n_ctx: int = 4096,
+                 n_batch: int = 2048, n_ubatch: int = 512, n_threads: int | None = None,
+                 n_threads_batch: int | None = None, type_k: str | int | None = None,
+                 type_v: str | int | None = None, flash_attn: bool | None = None) -> None:
+        self.spec = Spec(spec) if isinstance(spec, str) else spec
+        if not isinstance(self.spec, Spec):
+            raise ConfigError(f"spec={spec!r} must be a spec_actor.Spec or a speculative type name")
+        for name, value in (("n_ctx", n_ctx), ("n_batch", n_batch), ("n_ubatch", n_ubatch)):
+            if not isinstance(value, int) or value < 1:
+                raise ConfigError(f"{name}={value!r} must be a positive integer")
+        self.spec.check_batch(n_batch)
+        self.model = model
+        self._owned_draft: Model | None = None
+        draft = self.spec.draft_model
+        if isinstance(draft, (str, os.PathLike)):
+            draft = self._owned_draft = load_model(draft)
+        self.draft_model: Model | None = draft
+        self._handle = _ns.new(
+            model.handle, spec=self.spec,
+            draft_model=draft.handle if draft is not None else None,
+            n_ctx=n_ctx, n_batch=n_batch, n_ubatch=min(n_ubatch, n_batch),
+            n_threads=_threads(n_threads), n_threads_batch=_threads(n_threads_batch or n_threads),
+            type_k=_kv_type(type_k, "type_k"), type_v=_kv_type(type_v, "type_v"),
+            flash_attn=-1 if flash_attn is None else int(bool(flash_attn)))
+        self._decoder = BatchDecoder()
+        self.n_ctx = _ns.n_ctx(self._handle)
+        self.n_batch = _ns.n_batch(self._handle)
+
+    # -- inputs ---------------------------------------------------------------
+
+    def tokenize(self, prompt: str | Sequence[int], *, add_special: bool = True,
+                 parse_special: bool = False) -> list[int]:
+        """Token ids for a prompt, checked against this session's context."""
+        if isinstance(prompt, str):
+            tokens = self.model.tokenizer.encode(prompt, add_special=add_special, parse_special=parse_special)
+            if not prompt:
+                tokens = []
+        elif isinstance(prompt, Sequence) and all(isinstance(t, int) for t in prompt):
+            tokens = list(prompt)
+        else:
+            raise PromptError(f"prompt must be a str or a sequence of token ids, not {type(prompt).__name__}")
+        if not tokens:
+            raise PromptError("the prompt is empty; pass some text or token ids")
+        if len(tokens) >= self.n_ctx:
+            raise PromptError(f"the prompt has {len(tokens)} tokens but the context holds {self.n_ctx}; "
+                              "shorten the prompt or open the actor with a larger n_ctx")
+        return tokens
+
+    # -- running --------------------------------------------------------------
+
+    def run(self, prompt: str | Sequence[int], *, max_tokens: int = 256, emit_stats_every: int = 0,
+            add_special: bool = True, parse_special: bool = False, sampling: Sampling | None = None,
+            on_events: EventSink | None = None, clear_cancel: bool = True, **sampling_options: Any) -> RunResult:
+        """Generate from prompt until max_tokens, end of generation or cancel.
+
+        on_events receives each loop step's events (Token, Stats, and finally
+        Done, Eog or Error) and returns False to stop the run early. Raises
+        SpecActorError subclasses for invalid input before anything runs.
+        """
+        if sampling is None:
+            sampling = Sampling.from_options(**sampling_options)
+        elif sampling_options:
+            raise ConfigError("pass either sampling=Sampling(...) or sampling options, not both")
+        for name, value in (("max_tokens", max_tokens), ("emit_stats_every", emit_stats_every)):
+            if not isinstance(value, int) or isinstance(value, bool) or value < (1 if name == "max_tokens" else 0):
+                raise ConfigError(f"{name}={value!r} must be an integer >= {1 if name == 'max_tokens' else 0}")
+        tokens = self.tokenize(prompt, add_special=add_special, parse_special=parse_special)
+        if clear_cancel:
+            self.clear_cancel()
+        collector = _Collector(self._decoder, on_events)
+        status = _ns.run(self._handle, tokens, max_tokens=max_tokens, emit_stats_every=emit_stats_every,
+                         sampling=sampling, on_batch=collector)
+        return collector.result(status, self.last_stats())
+
+    def cancel(self) -> None:
+        """Stop the current run as soon as possible (any thread, lock-free)."""
+        _ns.cancel(self._handle)
+
+    def clear_cancel(self) -> None:
+        """Re-arm after a cancel so the next run proceeds."""
+        _ns.clear_cancel(self._handle)
+
+    # -- statistics -----------------------------------------------------------
+
+    def stats(self) -> StatsSnapshot:
+        """Cumulative statistics of this session (lock-free, any thread)."""
+        return _ns.stats(self._handle, 0)
+
+    def last_stats(self) -> StatsSnapshot:
+        """Statistics of the current or last run (lock-free, any thread)."""
+        return _ns.stats(self._handle, 1)
+
+    def print_stats(self) -> None:
+        """Print llama.cpp's own speculative and performance summary to stderr."""
+        _ns.print_stats(self._handle)
+
+    def top2(self, tokens: Sequence[int]) -> tuple[int, int, float]:
+        """(top-1, top-2, logit margin) of the next token after tokens (plain pass)."""
+        return _ns.top2(self._handle, list(tokens))
+
+    # -- lifetime -------------------------------------------------------------
+
+    @property
+    def closed(self) -> bool:
+        return self._handle is None
+
+    def close(self) -> None:
+        """Free the native contexts (idempotent). Not while a run is in progress."""
+        self._handle = None
+        if self._owned_draft is not None:
+            self._owned_draft.close()
+            self._owned_draft = None
+
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class _Collector:
+    """Decodes native event batches into events and accumulates the result."""
+
+    def __init__(self, decoder: BatchDecoder, sink: EventSink | None) -> None:
+        self._decoder = decoder
+        self._sink = sink
+        self._utf8 = Utf8Stream()
+        self.pieces: list[str] = []
+        self.tokens: list[int] = []
+        self.terminal: Done | Eog | Error | None = None
+
+    def __call__(self, data: bytes) -> bool:
+        events: list[Event] = []
+        for raw in self._decoder.decode(data):
+            if isinstance(raw, RawToken):
+                text = self._utf8.push(raw.piece)
+                self.tokens.append(raw.id)
+                self.pieces.append(text)
+                events.append(Token(raw.id, text))
+                continue
+            if isinstance(raw, TERMINAL):
+                self._flush_into(events)
+                self.terminal = raw
+            events.append(raw)
+        if self._sink is not None:
+            return self._sink(events) is not False
+        return True
+
+    def _flush_into(self, events: list[Event]) -> None:
+        # A character cut by the end of generation: its bytes become U+FFFD,
+        # appended to the last token piece so the joined text stays exact.
+        tail = self._utf8.flush()
+        if not tail:
+            return
+        self.pieces.append(tail)
+        if events and isinstance(events[-1], Token):
+            events[-1] = Token(events[-1].id, events[-1].text + tail)
+        else:
+            events.append(Token(-1, tail))
+
+    def result(self, status: int, stats: StatsSnapshot) -> RunResult:
+        if status == _ns.CANCELLED:
+            name = "cancelled"
+        elif status == _ns.STOPPED:
+            name = "stopped"
+        else:
+            name = {Done: "done", Eog: "eog", Error: "error"}.get(type(self.terminal), "done")
+        return RunResult("".join(self.pieces), tuple(self.tokens), name, self.terminal, stats)

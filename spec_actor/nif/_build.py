@@ -1,0 +1,44 @@
+"""cffi build script: the API-mode extension ``spec_actor.nif._native``.
+
+The C declarations come from ``native/spec_actor.h`` (between its CDEF
+markers), so the header is the single source of truth for the ABI. CMake runs
+``python _build.py --emit OUT.c`` and compiles OUT.c together with the shim.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import cffi
+
+HEADER = Path(__file__).resolve().parents[2] / "native" / "spec_actor.h"
+
+# Called by the native loop once per step with a msgpack batch of events.
+CALLBACKS = """
+extern "Python" int _sa_on_events(void *, const uint8_t *, size_t);
+"""
+
+
+def cdef_text(header: Path = HEADER) -> str:
+    text = header.read_text()
+    begin, end = text.index("/* CDEF-BEGIN */"), text.index("/* CDEF-END */")
+    return text[begin + len("/* CDEF-BEGIN */"):end]
+
+
+def make_ffi() -> cffi.FFI:
+    ffi = cffi.FFI()
+    ffi.cdef(cdef_text() + CALLBACKS)
+    ffi.set_source("spec_actor.nif._native", '#include "spec_actor.h"')
+    return ffi
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--emit", required=True, help="path of the C file to write")
+    args = parser.parse_args()
+    make_ffi().emit_c_code(args.emit)
+
+
+if __name__ == "__main__":
+    main()
