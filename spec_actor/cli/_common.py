@@ -1,0 +1,149 @@
+"""What the subcommands share: the error type, argument parsing, models and specs."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+from pathlib import Path
+from typing import Any, NoReturn
+
+from .._model import Model, load_model
+from .._spec import _NEEDS_DRAFT_MODEL, SA_MAX_DRAFT_POS, Spec, _canonical
+
+PROG = "spec-actor"
+
+# Spec fields that --spec-param may set (the others have options of their own).
+_SPEC_PARAMS = {f.name: type(f.default) for f in dataclasses.fields(Spec)
+                if f.name not in ("type", "n_draft", "draft_model")}  # fmt: skip
+
+
+class CliError(Exception):
+    """An error the command reports as one ``spec-actor: error: ...`` line.
+
+    ``exit_code`` is 2 for a bad command line (argparse's convention), 1 for
+    everything else.
+    """
+
+    def __init__(self, message: str, exit_code: int = 1) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+class Parser(argparse.ArgumentParser):
+    """An ArgumentParser whose errors are one line, without the usage block."""
+
+    def error(self, message: str) -> NoReturn:
+        raise CliError(f"{message} (see `{self.prog} --help`)", exit_code=2)
+
+
+def n_draft_arg(text: str) -> int | str:
+    """argparse type of --n-draft: an int from 1 to 64, or 'auto'."""
+    if text.strip().lower() == "auto":
+        return "auto"
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if not 1 <= value <= SA_MAX_DRAFT_POS:
+        raise argparse.ArgumentTypeError(
+            f"invalid value {text!r}: expected an integer from 1 to {SA_MAX_DRAFT_POS} or 'auto'")
+    return value
+
+
+def positive_int(text: str) -> int:
+    """argparse type: an integer >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"invalid value {text!r}: expected an integer >= 1")
+    return value
+
+
+def spec_param_arg(text: str) -> tuple[str, Any]:
+    """argparse type of --spec-param KEY=VALUE, for any other `Spec` field."""
+    key, sep, raw = text.partition("=")
+    key = key.strip().replace("-", "_")
+    if not sep or key not in _SPEC_PARAMS:
+        raise argparse.ArgumentTypeError(
+            f"invalid value {text!r}: expected KEY=VALUE with KEY one of {', '.join(_SPEC_PARAMS)}")
+    try:
+        return key, _SPEC_PARAMS[key](raw)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"invalid value {text!r}: {key} takes a {_SPEC_PARAMS[key].__name__}") from None
+
+
+def add_model_options(parser: argparse.ArgumentParser, *, positional: bool = False) -> None:
+    """The options that choose and load the model."""
+    if positional:
+        parser.add_argument("model", nargs="?", metavar="MODEL",
+                            help="GGUF file (default: the embedded Gemma 3 270M Q4_K_M)")
+    else:
+        parser.add_argument("-m", "--model", metavar="PATH",
+                            help="GGUF file (default: the embedded Gemma 3 270M Q4_K_M)")
+    parser.add_argument("--load-mtp", action="store_true",
+                        help="load the model's NextN/MTP layers (implied by --spec mtp)")
+    parser.add_argument("--gpu-layers", type=int, default=-1, metavar="N",
+                        help="layers to offload to a GPU backend, -1 for all (default: -1)")
+
+
+def add_engine_options(parser: argparse.ArgumentParser) -> None:
+    """Options of the native context: threads and context size."""
+    parser.add_argument("-t", "--threads", type=positive_int, metavar="N",
+                        help="CPU threads (default: all cores)")
+    parser.add_argument("-c", "--n-ctx", type=positive_int, metavar="N",
+                        help="context size in tokens (default: prompt + max tokens, rounded up)")
+
+
+def add_draft_options(parser: argparse.ArgumentParser) -> None:
+    """Options that tune the speculative types."""
+    parser.add_argument("--draft-model", metavar="PATH",
+                        help="draft GGUF for draft-simple, draft-eagle3 and draft-dflash")
+    parser.add_argument("--spec-param", type=spec_param_arg, action="append", default=[],
+                        metavar="KEY=VALUE",
+                        help=f"another speculative parameter, repeatable ({', '.join(_SPEC_PARAMS)})")
+
+
+def make_spec(type_: str, n_draft: int | str | None, draft_model: str | None,
+              params: list[tuple[str, Any]]) -> Spec:
+    """A validated Spec; raises ConfigError (bad type or value) or CliError (draft model)."""
+    name = _canonical(type_)
+    needs_draft = name in _NEEDS_DRAFT_MODEL
+    if needs_draft and draft_model is None:
+        raise CliError(f"--spec {name} drafts with a second model: pass --draft-model PATH", exit_code=2)
+    if draft_model is not None and not needs_draft:
+        raise CliError(f"--draft-model is used only by {', '.join(sorted(_NEEDS_DRAFT_MODEL))}, "
+                       f"not by {name}", exit_code=2)
+    draft = _existing(draft_model, "draft model") if needs_draft else None
+    return Spec(name, n_draft=n_draft, draft_model=draft, **dict(params))
+
+
+def _existing(path: str | None, what: str) -> str | None:
+    if path is not None and not Path(path).is_file():
+        raise CliError(f"{what} file not found: {path}")
+    return path
+
+
+def open_model(args: argparse.Namespace, *, mtp: bool = False) -> Model:
+    """Load the model the options name (the embedded one by default)."""
+    path = _existing(args.model, "model")
+    return load_model(path, n_gpu_layers=args.gpu_layers, load_mtp=bool(args.load_mtp or mtp))
+
+
+def auto_n_ctx(n_prompt: int, max_tokens: int, n_ctx_train: int) -> int:
+    """A context that holds the prompt and the whole generation (rounded up to 256)."""
+    need = n_prompt + max_tokens + SA_MAX_DRAFT_POS + 16
+    n_ctx = -(-need // 256) * 256
+    return min(n_ctx, n_ctx_train) if n_ctx_train > 0 else n_ctx
+
+
+def one_line(text: object) -> str:
+    """Text squeezed onto one line (native messages may span several)."""
+    return " ".join(str(text).split()) or "unknown error"
+
+
+def env_flag(name: str) -> bool:
+    return os.environ.get(name, "").strip().lower() not in ("", "0", "false", "no")
