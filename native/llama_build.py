@@ -166,10 +166,11 @@ def extract_vendor_tree(sdist: Path, dest: Path) -> Path:
 
 
 def compiler_id() -> str:
-    cxx = os.environ.get("CXX", "c++")
+    """The C++ compiler's resolved path and version (not the name it was called by)."""
+    cxx = shutil.which(os.environ.get("CXX", "c++")) or os.environ.get("CXX", "c++")
     try:
-        out = subprocess.run([cxx, "--version"], capture_output=True, text=True, check=False)
-        return out.stdout.splitlines()[0] if out.stdout else cxx
+        out = subprocess.run([cxx, "-dumpfullversion", "-dumpversion"], capture_output=True, text=True, check=False)
+        return f"{os.path.realpath(cxx)} {out.stdout.strip()}"
     except OSError:
         return cxx
 

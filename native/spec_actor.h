@@ -187,7 +187,7 @@ typedef int (*sa_event_cb)(void * user, const uint8_t * data, size_t len);
 const char * sa_last_error(void);
 int32_t sa_event_schema_version(void);
 void sa_backend_init(void);
-void sa_set_log_level(int32_t level);  /* 0 silent ... 4 debug; default 1 (errors) */
+void sa_set_log_level(int32_t level);  /* 0 silent, 1 errors, 2 warnings, 3 info, 4 debug */
 const char * sa_system_info(void);
 
 sa_status sa_model_load(const char * path, const sa_model_params * params, sa_model ** out);

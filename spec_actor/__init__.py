@@ -26,6 +26,7 @@ from ._sampling import Sampling
 from ._session import RunResult, Session
 from ._spec import SPEC_TYPES, Spec
 from ._stats import StatsSnapshot, Timings
+from .nif.model import set_log_level, system_info
 
 __version__ = "0.1.0"
 
@@ -60,6 +61,8 @@ __all__ = [
     "Token",
     "default_model_path",
     "load_model",
+    "set_log_level",
+    "system_info",
 ]
 
 # Public names show the public module in reprs and tracebacks.

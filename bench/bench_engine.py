@@ -1,0 +1,107 @@
+"""Engine benchmark: spec_actor's native loop vs llama.cpp's own programs.
+
+One command, one process, side by side, medians of several repeats:
+
+    python bench/bench_engine.py [--repeats 3] [--tokens 160] [--json out.json]
+
+Runs greedy generation of 160 tokens on the code-copy prompt with the
+embedded Gemma 3 270M: spec_actor plain, ngram-mod and ngram-cache (n_draft
+8), and llama.cpp's ``llama-completion`` (plain) and
+``llama-speculative-simple`` (same speculative settings), both compiled from
+the same llama.cpp source and linked to the same libraries. Decode tokens/s
+(prompt excluded) and ratios are printed. Run it on an idle machine: with the
+two cores busy, llama.cpp's spinning threads make every number meaningless.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+import spec_actor  # noqa: E402
+from llama_tools import build_tools  # noqa: E402
+
+PROMPTS = HERE / "prompts"
+N_DRAFT = 8
+THREADS = os.cpu_count() or 2
+
+# (label, spec_actor Spec, llama-speculative-simple arguments or None for llama-completion)
+MODES = [
+    ("plain", spec_actor.Spec("none"), None),
+    ("ngram-mod", spec_actor.Spec("ngram-mod", n_draft=N_DRAFT, ngram_mod_n_min=1),
+     ["--spec-type", "ngram-mod", "--spec-ngram-mod-n-max", str(N_DRAFT), "--spec-ngram-mod-n-min", "1"]),
+    ("ngram-cache", spec_actor.Spec("ngram-cache", n_draft=N_DRAFT),
+     ["--spec-type", "ngram-cache", "--spec-draft-n-max", str(N_DRAFT)]),
+]
+
+
+def spec_actor_tps(model: spec_actor.Model, spec: spec_actor.Spec, prompt: str, n: int) -> float:
+    with spec_actor.Session(model, spec=spec, n_ctx=2048, n_threads=THREADS) as session:
+        result = session.run(prompt, max_tokens=n, temp=0.0)
+    return result.stats.tokens_per_sec
+
+
+def llama_tps(tools: dict[str, Path], model: Path, prompt_file: Path, n: int, spec_args: list[str] | None) -> float:
+    common = ["-m", str(model), "-f", str(prompt_file), "-n", str(n), "--temp", "0", "-t", str(THREADS), "-c", "2048"]
+    if spec_args is None:
+        cmd = [str(tools["llama-completion"]), *common, "-no-cnv", "--no-display-prompt"]
+        pattern = r"\beval time =.*?([\d.]+) tokens per second"
+    else:
+        cmd = [str(tools["llama-speculative-simple"]), *common, *spec_args]
+        pattern = r"decoded\s+\d+ tokens in .*speed:\s+([\d.]+) t/s"
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True, stdin=subprocess.DEVNULL)
+    found = re.findall(pattern, out.stdout + out.stderr)
+    if not found:
+        raise RuntimeError(f"could not read tokens/s from {cmd[0]}:\n{out.stderr[-2000:]}")
+    return float(found[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--tokens", type=int, default=160)
+    parser.add_argument("--prompt", default=str(PROMPTS / "copy.txt"))
+    parser.add_argument("--json", help="also write the raw numbers here")
+    args = parser.parse_args()
+
+    tools = build_tools()
+    model_path = spec_actor.default_model_path()
+    model = spec_actor.load_model(model_path)
+    prompt_file = Path(args.prompt)
+    prompt = prompt_file.read_text()
+
+    spec_actor_tps(model, MODES[0][1], prompt, 16)  # warm-up: page in the weights
+    samples: dict[str, list[float]] = {}
+    for _ in range(args.repeats):
+        for label, spec, spec_args in MODES:  # interleaved so drift hits every mode alike
+            samples.setdefault(f"spec_actor {label}", []).append(spec_actor_tps(model, spec, prompt, args.tokens))
+            ref = "llama-completion" if spec_args is None else f"llama-speculative-simple {label}"
+            samples.setdefault(ref, []).append(llama_tps(tools, model_path, prompt_file, args.tokens, spec_args))
+
+    med = {name: statistics.median(v) for name, v in samples.items()}
+    plain = med["spec_actor plain"]
+    print(f"\n{args.tokens} greedy tokens, prompt {prompt_file.name}, {THREADS} threads, "
+          f"median of {args.repeats}; decode tokens/s\n")
+    print(f"{'run':44} {'tok/s':>8} {'vs spec_actor plain':>20}")
+    for name, value in med.items():
+        print(f"{name:44} {value:8.1f} {value / plain:19.2f}x")
+    print()
+    print(f"spec_actor plain / llama-completion:           {plain / med['llama-completion']:.3f}")
+    for label, _, _ in MODES[1:]:
+        ours, theirs = med[f"spec_actor {label}"], med[f"llama-speculative-simple {label}"]
+        print(f"spec_actor {label} / plain: {ours / plain:.2f}x   (llama.cpp's: {theirs / med['llama-completion']:.2f}x)")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"samples": samples, "median": med}, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,50 @@
+"""Build llama.cpp's own reference programs against spec_actor's cached build.
+
+``llama-completion`` (plain generation) and ``llama-speculative-simple``
+(llama.cpp's speculative loop) are compiled from the same llama.cpp source and
+linked to the same shared libraries that spec_actor uses, so a benchmark
+compares the loops, not two builds. Output goes next to the cached build.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent / "native"))
+
+import llama_build  # noqa: E402
+
+PROGRAMS = {
+    "llama-completion": ["tools/completion/completion.cpp", "tools/completion/main.cpp"],
+    "llama-speculative-simple": ["examples/speculative-simple/speculative-simple.cpp"],
+}
+
+
+def build_tools() -> dict[str, Path]:
+    """Return {program name: path}, compiling what is missing."""
+    prefix = llama_build.ensure_built(llama_build.shutil.which("cmake") or "cmake", None, None)
+    src = Path((prefix / "source-dir.txt").read_text().strip())
+    out_dir = prefix.parent / "tools"
+    out_dir.mkdir(exist_ok=True)
+    paths = {}
+    for name, sources in PROGRAMS.items():
+        exe = out_dir / name
+        if not exe.exists():
+            print(f"[bench] compiling {name}", file=sys.stderr, flush=True)
+            cmd = [os.environ.get("CXX", "g++"), "-O2", "-std=c++17", "-o", str(exe),
+                   *[str(src / s) for s in sources],
+                   *[f"-I{src / d}" for d in ("include", "ggml/include", "common", "vendor", "tools/completion")],
+                   f"-L{prefix / 'lib'}", "-lllama-common", "-lllama", "-lggml", "-lggml-base",
+                   f"-Wl,-rpath,{prefix / 'lib'}", "-lpthread"]
+            subprocess.run(cmd, check=True)
+        paths[name] = exe
+    return paths
+
+
+if __name__ == "__main__":
+    for name, path in build_tools().items():
+        print(name, path)
