@@ -90,7 +90,12 @@ void Stats::read(int32_t which, sa_stats * out) const {
 }
 
 void write_stats_map(MsgpackWriter & w, const sa_stats & s) {
-    const int n_pos = std::clamp(s.n_draft, 0, SA_MAX_DRAFT_POS);
+    // n_draft positions, or more where a later position has counts: under
+    // adaptive drafting n_draft is the current length, which may have shrunk.
+    int n_pos = std::clamp(s.n_draft, 0, SA_MAX_DRAFT_POS);
+    for (int i = n_pos; i < SA_MAX_DRAFT_POS; ++i) {
+        if (s.drafted_per_pos[i] != 0) n_pos = i + 1;
+    }
     w.map(16);
     w.key("iters"); w.integer((int64_t) s.iters);
     w.key("drafts_generated"); w.integer((int64_t) s.drafts_generated);
