@@ -174,6 +174,7 @@ typedef struct {
     int64_t t_decode_us;     /* wall time since the first token, live while running */
     int64_t ttft_us;
     int32_t n_draft;         /* current draft ceiling (changes under adaptive) */
+    int32_t n_pos;           /* used length of the per-position arrays: max(n_draft, last non-zero + 1) */
     int32_t running;
     double tokens_per_sec;   /* tokens_emitted / decode wall time, live */
     double acceptance_rate;

@@ -87,6 +87,9 @@ void Stats::read(int32_t which, sa_stats * out) const {
     (which == 1 ? last : total).read(out);
     out->running = running.load(relaxed);
     out->n_draft = n_draft.load(relaxed);
+    int32_t used = SA_MAX_DRAFT_POS;
+    while (used > 0 && out->drafted_per_pos[used - 1] == 0 && out->accepted_per_pos[used - 1] == 0) --used;
+    out->n_pos = std::max(std::clamp(out->n_draft, 0, SA_MAX_DRAFT_POS), used);
 }
 
 void write_stats_map(MsgpackWriter & w, const sa_stats & s) {

@@ -21,7 +21,7 @@ SA_MAX_DRAFT_POS = 64
 NATIVE_FIELDS: tuple[str, ...] = (
     "iters", "drafts_generated", "drafts_accepted", "tokens_emitted",
     "prompt_tokens", "requests", "t_prefill_us", "t_draft_us", "t_verify_us",
-    "t_sample_us", "t_total_us", "t_decode_us", "ttft_us", "n_draft",
+    "t_sample_us", "t_total_us", "t_decode_us", "ttft_us", "n_draft", "n_pos",
     "running", "tokens_per_sec", "acceptance_rate", "accepted_per_pos",
     "drafted_per_pos",
 )  # fmt: skip
@@ -127,6 +127,7 @@ class StatsSnapshot:
         requests: int = 0,
         running: bool | int = False,
         t_decode_us: int = 0,
+        n_pos: int | None = None,
     ) -> StatsSnapshot:
         """Build a snapshot from values named as in the native ``sa_stats`` struct.
 
@@ -135,9 +136,13 @@ class StatsSnapshot:
         they are cut to ``n_draft`` entries, or longer where a later position
         has a count (the ceiling can shrink under adaptive drafting), and
         padded with zeros to at least ``n_draft``. With ``n_draft == 0`` only
-        trailing zeros are dropped.
+        trailing zeros are dropped. ``n_pos``, when the native side already
+        computed that length, skips the search.
         """
-        accepted, drafted = _trim_per_pos(tuple(accepted_per_pos), tuple(drafted_per_pos), n_draft)
+        if n_pos is None:
+            accepted, drafted = _trim_per_pos(tuple(accepted_per_pos), tuple(drafted_per_pos), n_draft)
+        else:
+            accepted, drafted = tuple(accepted_per_pos)[:n_pos], tuple(drafted_per_pos)[:n_pos]
         return cls(
             iters=iters,
             drafts_generated=drafts_generated,

@@ -90,6 +90,7 @@ def test_from_fields_reads_a_native_struct():
     s = ffi.new("sa_stats *")
     s.iters, s.tokens_emitted, s.requests, s.running = 4, 9, 3, 1
     s.t_total_us, s.t_decode_us, s.n_draft, s.tokens_per_sec = 777, 555, 3, 12.5
+    s.n_pos = 3  # computed natively: max(n_draft, last non-zero position + 1)
     s.accepted_per_pos[0:3] = [4, 1, 0]
     s.drafted_per_pos[0:3] = [4, 4, 2]
     snap = StatsSnapshot.from_fields(**{name: getattr(s, name) for name in NATIVE_FIELDS})

@@ -6,7 +6,7 @@ from typing import Any, Callable
 
 from .._sampling import Sampling
 from .._spec import Spec
-from .._stats import NATIVE_FIELDS, StatsSnapshot
+from .._stats import StatsSnapshot, Timings
 from ._check import check
 from ._raw import ffi, lib
 
@@ -98,7 +98,13 @@ def stats(handle: SessionHandle, which: int) -> StatsSnapshot:
     """Snapshot of the session's counters: which=0 cumulative, 1 last run."""
     s = ffi.new("sa_stats *")
     lib.sa_session_stats(handle, which, s)
-    return StatsSnapshot.from_fields(**{name: getattr(s, name) for name in NATIVE_FIELDS})
+    n = s.n_pos
+    # Positional construction: this is polled at up to kHz rates (see bench_actor).
+    return StatsSnapshot(
+        s.iters, s.drafts_generated, s.drafts_accepted, s.acceptance_rate, s.tokens_emitted,
+        s.tokens_per_sec, Timings(s.t_prefill_us, s.t_draft_us, s.t_verify_us, s.t_sample_us, s.t_total_us),
+        s.ttft_us, s.prompt_tokens, s.n_draft, tuple(ffi.unpack(s.accepted_per_pos, n)),
+        tuple(ffi.unpack(s.drafted_per_pos, n)), s.requests, bool(s.running), s.t_decode_us)
 
 
 def n_ctx(handle: SessionHandle) -> int:
