@@ -17,6 +17,11 @@
 #include <string>
 #include <vector>
 
+// llama.cpp's own (src/llama-ext.h, exported but not installed): the target
+// layers an EAGLE-3 / DFlash drafter reads.
+const int32_t * llama_model_target_layer_ids(const struct llama_model * model);
+uint32_t llama_model_target_layer_ids_n(const struct llama_model * model);
+
 using namespace sa;
 
 struct sa_session {
@@ -150,6 +155,7 @@ llama_context_params make_context_params(const sa_context_params & c, const sa_s
 }
 
 sa_status check_draft_vocab(const sa_model * target, const sa_model * draft);
+sa_status check_feature_drafter(int32_t type, const sa_model * target, const sa_model * draft);
 
 sa_status check_spec_models(const sa_session & s) {
     const int32_t type = s.sparams.type;
@@ -175,6 +181,60 @@ sa_status check_spec_models(const sa_session & s) {
         if (type == SA_SPEC_DRAFT_SIMPLE) {
             return check_draft_vocab(s.model, s.draft_model);
         }
+        return check_feature_drafter(type, s.model, s.draft_model);
+    }
+    return SA_OK;
+}
+
+// Target architectures whose graphs export per-layer hidden states (the
+// src/models/*.cpp of the pinned llama.cpp that set res->t_layer_inp, and the
+// architectures built by those classes). EAGLE-3 and DFlash drafters read
+// them; on any other target llama.cpp aborts (GGML_ASSERT "layer input
+// tensor is null") when it builds the first graph.
+const char * const kLayerFeatureArchs[] = {
+    "llama", "llama-embed", "nanbeige", "qwen3", "qwen3moe", "qwen3next", "qwen35", "qwen35moe", "qwen4exp",
+    "gemma4", "muse-glimmer", "deepseek4", "nemotron_h", "nemotron_h_moe", "bailingmoe3", "hunyuan_vl",
+    "hunyuan-dense", "gpt-oss", "lfm2", "minimax-01", "minimax-m2", "mimo2",
+};
+
+std::string model_meta(const llama_model * m, const char * key) {
+    char buf[256] = {0};
+    return llama_model_meta_val_str(m, key, buf, sizeof buf) >= 0 ? std::string(buf) : std::string();
+}
+
+// EAGLE-3 / DFlash: checks that llama.cpp makes with GGML_ASSERT/GGML_ABORT
+// (which would end the process), made here first.
+sa_status check_feature_drafter(int32_t type, const sa_model * target, const sa_model * draft) {
+    const std::string kind = type == SA_SPEC_DRAFT_EAGLE3 ? "EAGLE-3" : "DFlash";
+    const std::string a_kind = (type == SA_SPEC_DRAFT_EAGLE3 ? "an " : "a ") + kind;
+    const std::string arch_dft = model_meta(draft->model, "general.architecture");
+    const uint32_t n_ids = llama_model_target_layer_ids_n(draft->model);
+    if (n_ids == 0 || (type == SA_SPEC_DRAFT_EAGLE3 && n_ids != 3)) {
+        return fail(SA_ERR_SPEC, "draft model " + draft->path + " (architecture " + arch_dft + ") is not " + a_kind +
+                    " drafter: it names no target layers to read; use " + a_kind + " GGUF made for this target");
+    }
+    const std::string arch_tgt = model_meta(target->model, "general.architecture");
+    const bool supported = std::any_of(std::begin(kLayerFeatureArchs), std::end(kLayerFeatureArchs),
+                                       [&](const char * a) { return arch_tgt == a; });
+    if (!supported) {
+        std::string list;
+        for (const char * a : kLayerFeatureArchs) list += (list.empty() ? "" : ", ") + std::string(a);
+        return fail(SA_ERR_SPEC, kind + " cannot draft for target " + target->path + ": llama.cpp's " + arch_tgt +
+                    " graph does not export the layer hidden states the drafter reads (supported targets: " + list + ")");
+    }
+    const int32_t n_layer = llama_model_n_layer(target->model);
+    const int32_t * ids = llama_model_target_layer_ids(draft->model);
+    for (uint32_t k = 0; k < n_ids; ++k) {
+        if (ids[k] < 0 || ids[k] > n_layer) {
+            return fail(SA_ERR_SPEC, kind + " drafter " + draft->path + " reads target layer " + std::to_string(ids[k]) +
+                        " but target " + target->path + " has " + std::to_string(n_layer) + " layers; use the drafter made for this target");
+        }
+    }
+    const std::string hidden = model_meta(draft->model, (arch_dft + ".target_hidden_size").c_str());
+    const int32_t n_embd = llama_model_n_embd(target->model);
+    if (!hidden.empty() && std::atoi(hidden.c_str()) != n_embd) {
+        return fail(SA_ERR_SPEC, kind + " drafter " + draft->path + " expects target hidden size " + hidden +
+                    " but target " + target->path + " has " + std::to_string(n_embd) + "; use the drafter made for this target");
     }
     return SA_OK;
 }
