@@ -236,8 +236,9 @@ def render_table(cells: list[Cell], meta: dict[str, Any], *, markdown: bool = Fa
     """The side-by-side table, with a header naming model, settings and machine."""
     s, m, mach = meta["settings"], meta["model"], meta["machine"]
     lines = [
-        f"model: {m['name'] or m['path']} ({m['description']}); {s['max_tokens']} greedy tokens per run, "
-        f"median of {s['repeats']} (after {s['warmup']} warm-up), {s['threads']} threads",
+        f"model:   {m['name'] or m['path']} ({m['description']})",
+        f"runs:    {s['max_tokens']} greedy tokens, median of {s['repeats']} after {s['warmup']} warm-up "
+        f"per type, {s['threads']} threads",
         f"machine: {mach['cpu']}, {mach['cpu_count']} CPUs, {mach['system']}; spec_actor {meta['spec_actor_version']}",
         "",
     ]
