@@ -66,22 +66,29 @@ def test_self_draft_is_accepted_and_matches_plain(gemma, plain):
         assert_same_or_near_tie(session, PROMPT, expected.tokens, result.tokens)
 
 
-def test_utf8_pieces_are_valid_and_join_to_the_detokenized_output(gemma, plain):
-    prompt = "Translate to Japanese and add emoji: I love cats and sushi. 🐱🍣 猫が好きです。"
+@pytest.mark.parametrize("prompt", [
+    "Translate to Japanese and add emoji: I love cats and sushi. 🐱🍣 猫が好きです。",
+    # Gothic letters have no tokens of their own: each is spelled in byte tokens
+    "Repeat exactly: 𐌰𐌱𐌲 𐌰𐌱𐌲 𐌰𐌱𐌲 𐌰𐌱𐌲",
+])
+def test_utf8_pieces_are_valid_and_join_to_the_detokenized_output(gemma, plain, prompt):
     pieces: list[str] = []
 
     def sink(events):
         pieces.extend(ev.text for ev in events if isinstance(ev, spec_actor.Token))
 
-    result = plain.run(prompt, max_tokens=48, temp=0.0, on_events=sink)
+    result = plain.run(prompt, max_tokens=24, temp=0.0, on_events=sink)
     joined = "".join(pieces)
-    assert all(isinstance(p, str) for p in pieces)
     for p in pieces:
-        p.encode("utf-8")  # no lone surrogates
+        p.encode("utf-8")  # valid text: no lone surrogates
     assert joined == result.text == gemma.tokenizer.decode(result.tokens)
-    assert any(ord(ch) > 0x2E7F for ch in joined), "the model should write CJK or emoji here"
-    multi = [t for t in result.tokens if len(gemma.tokenizer.piece(t)) and not _valid(gemma.tokenizer.piece(t))]
-    print(f"{len(multi)} tokens carried partial UTF-8 sequences")
+    assert any(ord(ch) > 0x2E7F for ch in joined), "the model should write CJK, emoji or Gothic here"
+    # a character is never torn: no replacement character before the end of the run
+    assert "\ufffd" not in "".join(pieces[:-1])
+    split = [t for t in result.tokens if not _valid(gemma.tokenizer.piece(t))]
+    if "𐌰" in prompt:
+        assert split, "the Gothic prompt should produce byte tokens (partial UTF-8 pieces)"
+        assert any(p == "" for p in pieces), "partial characters must be held back as empty pieces"
 
 
 def _valid(data: bytes) -> bool:
