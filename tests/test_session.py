@@ -264,6 +264,8 @@ def test_bad_context_options(gemma):
         Session(gemma, n_ctx=0)
     with pytest.raises(spec_actor.ConfigError, match="type_k"):
         Session(gemma, type_k="q3_weird")
+    with pytest.raises(spec_actor.ConfigError, match="trained for"):
+        Session(gemma, n_ctx=10**9)
 
 
 def test_vocab_only_model_cannot_generate():
