@@ -26,8 +26,7 @@ _CHAT_FORMATS = (
     ("<|start_header_id|>", "<|start_header_id|>user<|end_header_id|>\n\n{prompt}<|eot_id|>"
                             "<|start_header_id|>assistant<|end_header_id|>\n\n"),
 )
-_OUTCOMES = {"done": "done", "eog": "end of generation", "cancelled": "interrupted",
-             "stopped": "stopped", "error": "failed"}  # fmt: skip
+_OUTCOMES = {"done": "done", "eog": "end of generation", "cancelled": "interrupted", "stopped": "stopped"}
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -79,14 +78,12 @@ def run(args: argparse.Namespace) -> int:
         result, elapsed, broken_pipe = _stream(session, tokens, args.max_tokens, sampling, display, interrupts)
     if broken_pipe:
         raise BrokenPipeError  # the reader went away: main() exits 141 quietly, as `yes | head` does
-    outcome = "interrupted" if interrupts.signum is not None else _OUTCOMES[result.status]
-    print(f"spec-actor: {outcome} after {elapsed:.1f} s: {result.stats.summary()}", file=sys.stderr, flush=True)
-    if interrupts.signum is not None:
-        return interrupts.exit_code
-    if result.status == "error":
+    if result.status == "error" and interrupts.signum is None:
         reason = result.terminal.reason if result.terminal is not None else "unknown error"
         raise CliError(f"generation failed: {one_line(reason)}")
-    return 0
+    outcome = "interrupted" if interrupts.signum is not None else _OUTCOMES[result.status]
+    print(f"spec-actor: {outcome} after {elapsed:.1f} s: {result.stats.summary()}", file=sys.stderr, flush=True)
+    return interrupts.exit_code if interrupts.signum is not None else 0
 
 
 def _stream(session: Session, tokens: list[int], max_tokens: int, sampling: Sampling, display: NoStatus,
