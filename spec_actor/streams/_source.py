@@ -1,0 +1,91 @@
+"""`StreamSource`: the request API that actors and pools share."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import trio
+
+from .._options import RequestOptions
+from .._request import Request
+from ._event_stream import EventStream
+from ._text_stream import TextStream
+
+__all__ = ["StreamSource"]
+
+
+
+class StreamSource:
+    """Makes request streams; `GenerationActor` and `ActorPool` are sources.
+
+    Subclasses provide `_check_prompt` (tokenize and check against the
+    context) and `_submit` (queue a request on an actor).
+    """
+
+    __slots__ = ()
+    _buffer: int
+    _trio_token: trio.lowlevel.TrioToken
+
+    def stream_events(self, prompt: str | Sequence[int], **options: Any) -> EventStream:
+        """Return the event stream of a new request for ``prompt``.
+
+        Options:
+            max_tokens (int): most tokens to generate, default 256.
+            emit_stats_every (int): a `Stats` event every this many tokens; 0
+                (default) for none.
+            timeout (float | None): seconds without an event, once the
+                request runs, after which it ends with ``Error`` (a
+                `GenerationTimeout`) and the native run is cancelled. Time
+                waiting in the queue does not count.
+            stop (str | list[str]): stop strings; the output ends before the
+                first one, the run is cancelled and the terminal is
+                ``Done(stats, reason="stop")``. Text that may begin a stop
+                string is held back until it cannot.
+            add_special, parse_special (bool): how a text prompt is tokenized.
+            sampling (Sampling), or sampler options: temp, top_k, top_p,
+                min_p, seed, penalty_last_n, repeat_penalty,
+                frequency_penalty, presence_penalty, grammar, grammar_root.
+
+        The prompt is a string or a sequence of token ids. Nothing is queued
+        until the stream is entered or iterated.
+
+        Raises:
+            ConfigError: an option is unknown or out of range.
+            PromptError: the prompt is empty or does not fit the context.
+            ActorClosedError: the actor (or pool) is closed.
+        """
+        opts = RequestOptions.from_kwargs(**options)
+        tokens = self._check_prompt(prompt, opts)
+        return EventStream(self, Request(tokens, opts, self._buffer), self._trio_token)
+
+    def stream(self, prompt: str | Sequence[int], **options: Any) -> TextStream:
+        """Return the text stream of a new request: the generated text piece by piece.
+
+        Takes the options of `stream_events` and raises as it does; the
+        stream raises the request's error, if it fails, after its last piece.
+        """
+        return TextStream(self.stream_events(prompt, **options))
+
+    async def generate(self, prompt: str | Sequence[int], **options: Any) -> str:
+        """Generate and return the whole text for ``prompt``.
+
+        Takes the options of `stream_events`.
+
+        Raises:
+            SpecActorError: the request was refused or failed (`ConfigError`,
+                `PromptError`, `QueueFullError`, `ActorClosedError`,
+                `GenerationTimeout`, native errors).
+
+        **Cancellation**: cancelling the caller cancels the request and waits,
+        shielded, for the native loop to stop (within one loop step, or
+        milliseconds during a prefill) before the cancellation propagates.
+        """
+        async with self.stream(prompt, **options) as text:
+            return "".join([piece async for piece in text])
+
+    def _check_prompt(self, prompt: str | Sequence[int], options: RequestOptions) -> list[int]:
+        raise NotImplementedError
+
+    def _submit(self, request: Request) -> None:
+        raise NotImplementedError
