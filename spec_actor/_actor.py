@@ -1,0 +1,290 @@
+"""`GenerationActor` and `open_actor`: one native session served to many trio tasks."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import threading
+from collections import deque
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from typing import Any, final
+
+import trio
+
+from ._errors import ActorClosedError, ConfigError, QueueFullError, SpecActorError
+from ._events import Event
+from ._groups import unwrap_groups
+from ._model import Model
+from ._options import RequestOptions
+from ._request import EMPTY_STATS, Request, State
+from ._session import RunResult, Session
+from ._spec import Spec
+from ._stats import StatsSnapshot
+from ._validate import check_int
+from .streams import StreamSource
+
+__all__ = ["DEFAULT_STREAM_BUFFER", "GenerationActor", "open_actor"]
+
+DEFAULT_STREAM_BUFFER = 32
+"""Batches (native loop steps) a request's channel holds before the loop waits for its reader."""
+
+_CONTEXT_OPTIONS = tuple(p for p in inspect.signature(Session).parameters if p not in ("model", "spec", "n_ctx"))
+
+
+@final
+class GenerationActor(StreamSource):
+    """Serves generation requests from any number of trio tasks on one native session.
+
+    Made by `open_actor`. Requests (`stream_events`, `stream`, `generate`)
+    wait in a bounded FIFO mailbox and run one at a time; each runs the
+    native speculative loop in a worker thread, which hands every loop
+    step's events to the request's stream through a bounded channel.
+
+    Thread-safety: make and read streams from the trio thread that opened
+    the actor. `stats`, `stream.stats()` and `print_stats` may be called
+    from any task or thread; they take no lock.
+    """
+
+    __slots__ = ("_session", "_max_queue", "_buffer", "_trio_token", "_trio_thread", "_queue", "_lot",
+                 "_current", "_closed", "_failure", "_limiter", "_final_stats")
+
+    def __init__(self, session: Session, *, max_queue: int, buffer: int) -> None:
+        self._session = session
+        self._max_queue = max_queue
+        self._buffer = buffer
+        self._trio_token = trio.lowlevel.current_trio_token()
+        self._trio_thread = threading.get_ident()
+        self._queue: deque[Request] = deque()
+        self._lot = trio.lowlevel.ParkingLot()
+        self._current: Request | None = None
+        self._closed = False
+        self._failure: BaseException | None = None
+        self._limiter = trio.CapacityLimiter(1)  # our own: the app's to_thread use cannot starve us
+        self._final_stats: StatsSnapshot | None = None
+
+    # -- public -----------------------------------------------------------------
+
+    @property
+    def session(self) -> Session:
+        """The native session (for its `model`, `spec`, `n_ctx`); do not run it directly."""
+        return self._session
+
+    @property
+    def spec(self) -> Spec:
+        """The speculative decoding settings."""
+        return self._session.spec
+
+    @property
+    def n_ctx(self) -> int:
+        """The context size in tokens; a prompt must be shorter."""
+        return self._session.n_ctx
+
+    @property
+    def closed(self) -> bool:
+        """Whether the actor takes no more requests."""
+        return self._closed
+
+    @property
+    def busy(self) -> bool:
+        """Whether a request is running."""
+        return self._current is not None
+
+    @property
+    def queued(self) -> int:
+        """Requests waiting in the mailbox (not counting the running one)."""
+        return len(self._queue)
+
+    @property
+    def load(self) -> int:
+        """Requests waiting or running."""
+        return len(self._queue) + (self._current is not None)
+
+    def stats(self) -> StatsSnapshot:
+        """Cumulative statistics of every request this actor ran, live while one runs.
+
+        A frozen snapshot, read lock-free from native atomic counters:
+        callable from any task or thread, at any time. After the actor
+        closed, its last snapshot.
+        """
+        final = self._final_stats
+        return final if final is not None else self._session.stats()
+
+    def print_stats(self) -> None:
+        """Print llama.cpp's own speculative and performance summary to stderr.
+
+        Raises:
+            ActorClosedError: the actor is closed (its session is freed).
+        """
+        if self._session.closed:
+            raise ActorClosedError("the actor is closed; print its stats inside `async with open_actor(...)`")
+        self._session.print_stats()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else f"running {self.busy}, {self.queued} queued"
+        return f"<spec_actor.GenerationActor spec={self.spec.type!r} n_ctx={self.n_ctx} {state}>"
+
+    # -- requests (trio thread) -----------------------------------------------------
+
+    def _check_prompt(self, prompt: str | Sequence[int], options: RequestOptions) -> list[int]:
+        self._check_open()
+        return self._session.tokenize(prompt, add_special=options.add_special,
+                                      parse_special=options.parse_special)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            if self._failure is not None:
+                raise ActorClosedError(f"the actor stopped after a failure: {self._failure!r}") from self._failure
+            raise ActorClosedError("the actor is closed; make requests inside its `async with open_actor(...)`")
+
+    def _submit(self, request: Request) -> None:
+        self._check_open()
+        if len(self._queue) >= self._max_queue:
+            raise QueueFullError(
+                f"the actor's mailbox is full ({self._max_queue} requests waiting); "
+                "wait for some to finish, open the actor with a larger max_queue, or use a pool")
+        request.actor = self
+        request.state = State.QUEUED
+        self._queue.append(request)
+        self._lot.unpark()
+
+    def _cancel(self, request: Request) -> None:
+        """Stop a request of this actor: out of the queue, or the native cancel flag."""
+        request.cancelled = True
+        if request.state is State.QUEUED:
+            self._queue.remove(request)
+            request.finish(EMPTY_STATS)
+        elif request.state is State.RUNNING and self._current is request:
+            self._session.cancel()
+
+    # -- the actor task ---------------------------------------------------------------
+
+    async def _serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        task_status.started()
+        try:
+            while True:
+                while not self._queue and not self._closed:
+                    await self._lot.park()
+                if self._closed:
+                    return
+                await self._run(self._queue.popleft())
+        except Exception as exc:  # noqa: BLE001 - reported to every caller instead
+            self._failure = exc
+            self._shutdown(ActorClosedError(f"the actor stopped after a failure: {exc!r}"))
+
+    async def _run(self, req: Request) -> None:
+        # The cancel flag is cleared here, between requests, never while one runs.
+        req.state = State.RUNNING
+        self._current = req
+        self._session.clear_cancel()
+        if req.cancelled:
+            self._session.cancel()
+        try:
+            req.send.send_nowait([])  # tells the stream that the request started
+        except (trio.WouldBlock, trio.BrokenResourceError, trio.ClosedResourceError):
+            pass
+        error: SpecActorError | None = None
+        try:
+            result = await trio.to_thread.run_sync(self._run_native, req, limiter=self._limiter)
+        except SpecActorError as exc:
+            error = exc
+        except Exception as exc:  # noqa: BLE001 - a bug must reach the caller, not hang it
+            error = SpecActorError(f"generation failed: {exc!r}")
+            error.__cause__ = exc
+        else:
+            if result is not None and result.terminal is None and not req.cancelled:
+                # The run ended without a terminal event and nobody asked it to:
+                # the actor is closing.
+                error = ActorClosedError("the actor was closed while this request was running")
+        finally:
+            self._current = None
+            req.finish(self._session.last_stats(), error)
+
+    def _run_native(self, req: Request) -> RunResult | None:
+        """The worker thread: run the native loop, pushing each step's events to the stream."""
+        if req.cancelled:
+            return None
+        send = req.send
+        from_trio = trio.from_thread.run
+
+        def on_events(events: list[Event]) -> bool:
+            if req.cancelled:
+                return False
+            try:
+                from_trio(send.send, events)  # blocks while the channel is full: backpressure
+            except (trio.BrokenResourceError, trio.ClosedResourceError, trio.Cancelled, trio.RunFinishedError):
+                return False
+            return True
+
+        opts = req.options
+        return self._session.run(req.tokens, max_tokens=opts.max_tokens, emit_stats_every=opts.emit_stats_every,
+                                 sampling=opts.sampling, on_events=on_events, clear_cancel=False)
+
+    # -- closing ------------------------------------------------------------------------
+
+    def _shutdown(self, error: ActorClosedError | None = None) -> None:
+        """Refuse new requests, fail the queued ones, cancel the running one (sync)."""
+        self._closed = True
+        while self._queue:
+            self._queue.popleft().finish(
+                EMPTY_STATS, error or ActorClosedError("the actor was closed before this request started"))
+        if self._current is not None:
+            self._session.cancel()
+        self._lot.unpark_all()
+
+
+@asynccontextmanager
+async def open_actor(model: Model, *, spec: Spec | str = "none", n_ctx: int = 4096, max_queue: int = 16,
+                     stream_buffer: int = DEFAULT_STREAM_BUFFER,
+                     **context_options: Any) -> AsyncIterator[GenerationActor]:
+    """Open a generation actor: one native session serving trio tasks one request at a time.
+
+    Args:
+        model: A loaded model (`load_model`); any number of actors may share it.
+        spec: Speculative decoding: a `Spec` or a type name (``"ngram-mod"``).
+        n_ctx: Context size in tokens; a prompt must be shorter.
+        max_queue: Requests that may wait; one more fails at once with
+            `QueueFullError`.
+        stream_buffer: Loop steps of events a request's channel holds before
+            the native loop waits for the reader.
+        context_options: n_batch, n_ubatch, n_threads, n_threads_batch,
+            type_k, type_v, flash_attn (see `Session`).
+
+    The session is created in a worker thread (it allocates the KV cache).
+
+    Raises:
+        ConfigError: an option is unknown or out of range.
+        ContextError, SpecError, ModelLoadError: the native session could not
+            be made; the message says why.
+
+    Errors raised in the body come out as raised (never in an ExceptionGroup).
+
+    **Cancellation**: leaving the block — normally, by an exception, or by
+    cancellation — closes the actor: queued requests end with
+    `ActorClosedError`, the running one has the native cancel flag set (it
+    stops within one loop step, or milliseconds during a prefill), the exit
+    waits for the worker thread to return, then frees the native session.
+    Requests made after that raise `ActorClosedError`.
+    """
+    check_int("max_queue", max_queue, 1, hint="it counts the requests that may wait, the next one included")
+    check_int("stream_buffer", stream_buffer, 1, hint="the channel needs room for at least one loop step")
+    unknown = context_options.keys() - set(_CONTEXT_OPTIONS)
+    if unknown:
+        raise ConfigError(f"unknown context option(s) {', '.join(sorted(unknown))}; "
+                          f"valid options: spec, n_ctx, {', '.join(_CONTEXT_OPTIONS)}")
+    if not isinstance(model, Model):
+        raise ConfigError(f"model={model!r} is invalid: expected a spec_actor.Model from load_model()")
+    make = functools.partial(Session, model, spec=spec, n_ctx=n_ctx, **context_options)
+    with unwrap_groups():
+        session = await trio.to_thread.run_sync(make)
+        actor = GenerationActor(session, max_queue=max_queue, buffer=stream_buffer)
+        try:
+            async with trio.open_nursery() as nursery:
+                await nursery.start(actor._serve)
+                try:
+                    yield actor
+                finally:
+                    actor._shutdown()
+        finally:
+            actor._final_stats = session.stats()
+            session.close()
