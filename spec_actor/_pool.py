@@ -1,0 +1,152 @@
+"""`ActorPool` and `open_pool`: several actors on one model, requests to the least busy."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator, Sequence
+from contextlib import AsyncExitStack, asynccontextmanager
+from typing import Any, final
+
+from ._actor import DEFAULT_STREAM_BUFFER, GenerationActor, open_actor
+from ._errors import ActorClosedError
+from ._model import Model
+from ._options import RequestOptions
+from ._request import Request
+from ._spec import Spec
+from ._stats import StatsSnapshot, Timings
+from ._validate import check_int
+from .streams import StreamSource
+
+__all__ = ["ActorPool", "open_pool"]
+
+
+@final
+class ActorPool(StreamSource):
+    """N generation actors sharing one loaded model; each request goes to the least busy.
+
+    Made by `open_pool`. Same request API as `GenerationActor`
+    (`stream_events`, `stream`, `generate`, `stats`); a request is given,
+    when its stream is entered, to an idle actor, or else to the one with
+    the fewest requests waiting, and stays there. Requests on different
+    actors run in parallel: the native loops release the GIL.
+
+    **Cancellation**: as for a single actor (see `EventStream`); a request
+    cancelled on one actor does not disturb the others.
+    """
+
+    __slots__ = ("_actors", "_next", "_buffer", "_trio_token", "_closed")
+
+    def __init__(self, actors: Sequence[GenerationActor]) -> None:
+        self._actors = tuple(actors)
+        self._next = 0
+        self._buffer = actors[0]._buffer
+        self._trio_token = actors[0]._trio_token
+        self._closed = False
+
+    @property
+    def actors(self) -> tuple[GenerationActor, ...]:
+        """The pool's actors, for per-actor statistics."""
+        return self._actors
+
+    @property
+    def size(self) -> int:
+        return len(self._actors)
+
+    @property
+    def closed(self) -> bool:
+        """Whether the pool takes no more requests."""
+        return self._closed
+
+    def stats(self) -> StatsSnapshot:
+        """Cumulative statistics summed over the actors (lock-free, any task or thread).
+
+        Counts and times are sums; ``tokens_per_sec`` is the sum of the
+        actors' rates (the pool's throughput when all are busy); ``ttft_us``
+        and ``n_draft`` are the largest; ``running`` is True if any runs.
+        """
+        return sum_stats([actor.stats() for actor in self._actors])
+
+    def print_stats(self) -> None:
+        """Print llama.cpp's summary for each actor to stderr."""
+        for actor in self._actors:
+            actor.print_stats()
+
+    def __repr__(self) -> str:
+        loads = ", ".join(str(a.load) for a in self._actors)
+        return f"<spec_actor.ActorPool size={self.size} loads=[{loads}]{' closed' if self._closed else ''}>"
+
+    def _check_prompt(self, prompt: str | Sequence[int], options: RequestOptions) -> list[int]:
+        if self._closed:
+            raise ActorClosedError("the pool is closed; make requests inside its `async with open_pool(...)`")
+        return self._actors[0]._check_prompt(prompt, options)
+
+    def _submit(self, request: Request) -> None:
+        # Least loaded; among equals, round robin so idle actors share the work.
+        n = len(self._actors)
+        order = [self._actors[(self._next + i) % n] for i in range(n)]
+        actor = min(order, key=lambda a: a.load)
+        actor._submit(request)
+        self._next = (self._actors.index(actor) + 1) % n
+
+
+def sum_stats(snaps: Sequence[StatsSnapshot]) -> StatsSnapshot:
+    """Add up the snapshots of several actors (see `ActorPool.stats`)."""
+    width = max(len(s.accepted_per_pos) for s in snaps)
+
+    def per_pos(name: str) -> tuple[int, ...]:
+        return tuple(sum(getattr(s, name)[i] if i < len(getattr(s, name)) else 0 for s in snaps)
+                     for i in range(width))
+
+    def total(name: str) -> int:
+        return sum(getattr(s, name) for s in snaps)
+
+    generated, accepted = total("drafts_generated"), total("drafts_accepted")
+    return StatsSnapshot(
+        iters=total("iters"), drafts_generated=generated, drafts_accepted=accepted,
+        acceptance_rate=accepted / generated if generated else 0.0,
+        tokens_emitted=total("tokens_emitted"),
+        tokens_per_sec=sum(s.tokens_per_sec for s in snaps),
+        timing_us=Timings(*(sum(getattr(s.timing_us, f) for s in snaps)
+                            for f in ("prefill", "draft", "verify", "sample", "total"))),
+        ttft_us=max(s.ttft_us for s in snaps), prompt_tokens=total("prompt_tokens"),
+        n_draft=max(s.n_draft for s in snaps), accepted_per_pos=per_pos("accepted_per_pos"),
+        drafted_per_pos=per_pos("drafted_per_pos"), requests=total("requests"),
+        running=any(s.running for s in snaps), decode_us=total("decode_us"),
+    )  # fmt: skip
+
+
+@asynccontextmanager
+async def open_pool(model: Model, *, size: int = 2, spec: Spec | str = "none", n_ctx: int = 4096,
+                    max_queue: int = 16, stream_buffer: int = DEFAULT_STREAM_BUFFER,
+                    n_threads: int | None = None, n_threads_batch: int | None = None,
+                    **context_options: Any) -> AsyncIterator[ActorPool]:
+    """Open a pool of ``size`` actors, each with its own session on the shared ``model``.
+
+    Takes the arguments of `open_actor` (each actor gets them, ``max_queue``
+    included). ``n_threads`` and ``n_threads_batch`` default to the CPU
+    count divided by ``size`` (at least 1), so parallel requests do not
+    oversubscribe the cores.
+
+    Raises what `open_actor` raises. **Cancellation**: leaving the block
+    closes every actor at once (each as `open_actor` describes) and waits
+    for all their worker threads.
+    """
+    check_int("size", size, 1, hint="a pool needs at least one actor")
+    if n_threads is None:
+        n_threads = max(1, (os.cpu_count() or 1) // size)
+    if n_threads_batch is None:
+        n_threads_batch = n_threads
+    async with AsyncExitStack() as stack:
+        actors = [
+            await stack.enter_async_context(open_actor(
+                model, spec=spec, n_ctx=n_ctx, max_queue=max_queue, stream_buffer=stream_buffer,
+                n_threads=n_threads, n_threads_batch=n_threads_batch, **context_options))
+            for _ in range(size)
+        ]
+        pool = ActorPool(actors)
+        try:
+            yield pool
+        finally:
+            pool._closed = True
+            for actor in actors:  # cancel all at once; the stack then waits for each
+                actor._shutdown()

@@ -1,0 +1,62 @@
+"""A pool of actors on one model: routing, parallel streams, summed stats."""
+
+from __future__ import annotations
+
+import pytest
+import trio
+from actor_fixtures import QUESTION, STORY
+
+from spec_actor import ActorClosedError, ConfigError
+from spec_actor._pool import open_pool
+
+
+async def test_pool_of_two_runs_two_streams_at_once(gemma):
+    async with open_pool(gemma, size=2, n_ctx=256) as pool:
+        assert [a.session for a in pool.actors][0] is not pool.actors[1].session
+        overlap = False
+        texts = {}
+        done = 0
+
+        async def watch():
+            nonlocal overlap
+            while done < 2:
+                overlap |= all(a.session.last_stats().running for a in pool.actors)
+                await trio.sleep(0.002)
+
+        async def one(name, prompt):
+            nonlocal done
+            texts[name] = "".join([piece async for piece in pool.stream(prompt, max_tokens=24)])
+            done += 1
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(watch)
+            nursery.start_soon(one, "story", STORY)
+            nursery.start_soon(one, "question", QUESTION)
+        assert overlap, "the two requests never ran at the same time"
+        assert all(texts.values())
+        assert [a.stats().requests for a in pool.actors] == [1, 1]
+        total = pool.stats()
+        assert total.requests == 2
+        assert total.tokens_emitted == sum(a.stats().tokens_emitted for a in pool.actors) == 48
+        # the same request on either actor gives the same greedy text
+        assert await pool.generate(STORY, max_tokens=24) == await pool.generate(STORY, max_tokens=24)
+        assert texts["story"] == await pool.generate(STORY, max_tokens=24)
+    with pytest.raises(ActorClosedError):
+        pool.stream(STORY)
+
+
+async def test_pool_sends_requests_to_the_least_busy_actor(gemma):
+    async with open_pool(gemma, size=2, n_ctx=128, n_threads=1) as pool:
+        async with pool.stream(STORY, max_tokens=64) as first:
+            await first.__anext__()
+            busy = [a for a in pool.actors if a.busy]
+            assert len(busy) == 1
+            async with pool.stream(STORY, max_tokens=2) as second:
+                text = "".join([piece async for piece in second])
+            assert text and busy[0].stats().requests == 1
+
+
+async def test_pool_rejects_bad_size(gemma):
+    with pytest.raises(ConfigError, match="size"):
+        async with open_pool(gemma, size=0):
+            pass
