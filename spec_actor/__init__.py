@@ -5,6 +5,7 @@ model, EAGLE-3, n-gram) in a worker thread and streams its events into trio
 memory channels; see ``open_actor``.
 """
 
+from ._actor import GenerationActor, open_actor
 from ._errors import (
     ActorClosedError,
     ConfigError,
@@ -22,10 +23,12 @@ from ._errors import (
 )
 from ._events import Done, Eog, Error, Event, Stats, Token
 from ._model import Model, ModelInfo, default_model_path, load_model
+from ._pool import ActorPool, open_pool
 from ._sampling import Sampling
 from ._session import RunResult, Session
 from ._spec import SPEC_TYPES, Spec
 from ._stats import StatsSnapshot, Timings
+from .streams import EventStream, TextStream
 from .nif.model import set_log_level, system_info
 
 __version__ = "0.1.0"
@@ -33,6 +36,7 @@ __version__ = "0.1.0"
 __all__ = [
     "SPEC_TYPES",
     "ActorClosedError",
+    "ActorPool",
     "ConfigError",
     "ContextError",
     "DecodeError",
@@ -41,6 +45,8 @@ __all__ = [
     "Error",
     "Event",
     "EventDecodeError",
+    "EventStream",
+    "GenerationActor",
     "GenerationTimeout",
     "GrammarError",
     "Model",
@@ -57,10 +63,13 @@ __all__ = [
     "SpecError",
     "Stats",
     "StatsSnapshot",
+    "TextStream",
     "Timings",
     "Token",
     "default_model_path",
     "load_model",
+    "open_actor",
+    "open_pool",
     "set_log_level",
     "system_info",
 ]
