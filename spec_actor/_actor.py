@@ -17,7 +17,7 @@ from ._events import Event
 from ._groups import unwrap_groups
 from ._model import Model
 from ._options import RequestOptions
-from ._request import EMPTY_STATS, Request, State
+from ._request import EMPTY_STATS, STARTED, Request, State
 from ._session import RunResult, Session
 from ._spec import Spec
 from ._stats import StatsSnapshot
@@ -156,6 +156,7 @@ class GenerationActor(StreamSource):
             request.finish(EMPTY_STATS)
         elif request.state is State.RUNNING and self._current is request:
             self._session.cancel()
+            request.permits.release()  # wakes a worker waiting for the reader
 
     # -- the actor task ---------------------------------------------------------------
 
@@ -179,10 +180,7 @@ class GenerationActor(StreamSource):
         self._session.clear_cancel()
         if req.cancelled:
             self._session.cancel()
-        try:
-            req.send.send_nowait([])  # tells the stream that the request started
-        except (trio.WouldBlock, trio.BrokenResourceError, trio.ClosedResourceError):
-            pass
+        req.deliver(STARTED)
         error: SpecActorError | None = None
         try:
             result = await trio.to_thread.run_sync(self._run_native, req, limiter=self._limiter)
@@ -201,18 +199,24 @@ class GenerationActor(StreamSource):
             req.finish(self._session.last_stats(), error)
 
     def _run_native(self, req: Request) -> RunResult | None:
-        """The worker thread: run the native loop, pushing each step's events to the stream."""
+        """The worker thread: run the native loop, handing each step's events to the stream.
+
+        A batch goes to the trio thread with run_sync_soon, without waiting for
+        it (FIFO, and ahead of this thread's result), so the loop never stalls
+        on a trio wake-up; it waits only for a permit, when the reader is
+        `buffer` batches behind.
+        """
         if req.cancelled:
             return None
-        send = req.send
-        from_trio = trio.from_thread.run
+        permits, deliver, soon = req.permits, req.deliver, self._trio_token.run_sync_soon
 
         def on_events(events: list[Event]) -> bool:
+            permits.acquire()  # backpressure: blocks while the reader is `buffer` batches behind
             if req.cancelled:
                 return False
             try:
-                from_trio(send.send, events)  # blocks while the channel is full: backpressure
-            except (trio.BrokenResourceError, trio.ClosedResourceError, trio.Cancelled, trio.RunFinishedError):
+                soon(deliver, events)
+            except trio.RunFinishedError:
                 return False
             return True
 
@@ -230,6 +234,7 @@ class GenerationActor(StreamSource):
                 EMPTY_STATS, error or ActorClosedError("the actor was closed before this request started"))
         if self._current is not None:
             self._session.cancel()
+            self._current.permits.release()  # the loop stops at its next check
         self._lot.unpark_all()
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import threading
 from typing import TYPE_CHECKING
 
 import trio
@@ -15,12 +16,15 @@ from ._stats import NATIVE_FIELDS, StatsSnapshot
 if TYPE_CHECKING:
     from ._actor import GenerationActor
 
-__all__ = ["EMPTY_STATS", "Request", "State"]
+__all__ = ["EMPTY_STATS", "STARTED", "Request", "State"]
 
 EMPTY_STATS = StatsSnapshot.from_fields(
     **{name: () if name.endswith("_per_pos") else 0 for name in NATIVE_FIELDS}
 )
 """The statistics of a request that has not run."""
+
+STARTED: list[Event] = []
+"""The batch the actor sends first, when a request starts (compared by identity)."""
 
 
 class State(enum.Enum):
@@ -43,18 +47,20 @@ class Request:
     """
 
     __slots__ = (
-        "tokens", "options", "send", "receive", "state", "actor", "cancelled",
-        "finished", "error", "final_stats", "__weakref__",
+        "tokens", "options", "send", "receive", "permits", "state", "actor", "cancelled",
+        "finished", "error", "final_stats",
     )  # fmt: skip
 
     def __init__(self, tokens: list[int], options: RequestOptions, buffer: int) -> None:
         self.tokens = tokens
         self.options = options
-        # Bounded: a slow consumer blocks the native loop, a stopped one holds
-        # at most `buffer` batches (one loop step each).
+        # Backpressure: the worker takes a permit per batch and the stream gives
+        # it back when it reads the batch, so at most `buffer` batches (one loop
+        # step each) wait unread; then the native loop waits for the reader.
+        self.permits = threading.Semaphore(buffer)
         self.send: trio.MemorySendChannel[list[Event]]
         self.receive: trio.MemoryReceiveChannel[list[Event]]
-        self.send, self.receive = trio.open_memory_channel(buffer)
+        self.send, self.receive = trio.open_memory_channel(buffer + 1)  # + STARTED
         self.state = State.NEW
         self.actor: GenerationActor | None = None
         self.cancelled = False
@@ -65,6 +71,17 @@ class Request:
         """Why the request ended without a terminal event, if it did not run to one."""
         self.final_stats = EMPTY_STATS
         """The request's statistics once finished."""
+
+    def deliver(self, batch: list[Event]) -> None:
+        """Put a batch of the worker thread into the channel (trio thread, by run_sync_soon).
+
+        Never blocks: the worker held a permit for it. A batch for a stream
+        that left is dropped; the worker stops on `cancelled`.
+        """
+        try:
+            self.send.send_nowait(batch)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass
 
     def finish(self, stats: StatsSnapshot, error: SpecActorError | None = None) -> None:
         """Record the outcome and wake the stream (trio thread only, idempotent)."""

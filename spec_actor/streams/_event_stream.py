@@ -11,7 +11,7 @@ import trio
 
 from .._errors import GenerationTimeout, SpecActorError
 from .._events import TERMINAL, Done, Error, Event, Token
-from .._request import Request, State
+from .._request import STARTED, Request, State
 from .._stats import StatsSnapshot
 from ._stop import StopMatcher
 
@@ -197,13 +197,16 @@ class EventStream:
                 "by something other than this stream")
             self._end(Error(error.message, error.code), error)
             return
+        if batch is STARTED:
+            self._started = True
+            return
+        req.permits.release()
         if self._take(batch):
             await self._stop_run()
             self._end(Done(req.final_stats, reason="stop"))
 
     def _take(self, batch: list[Event]) -> bool:
         """Move a batch's events to _ready; return True when a stop string matched."""
-        self._started = True  # the actor's first batch of a request is empty
         for ev in batch:
             if type(ev) is Token and self._stop is not None:
                 released, matched = self._stop.push(ev)
