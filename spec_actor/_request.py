@@ -75,12 +75,14 @@ class Request:
     def deliver(self, batch: list[Event]) -> None:
         """Put a batch of the worker thread into the channel (trio thread, by run_sync_soon).
 
-        Never blocks: the worker held a permit for it. A batch for a stream
-        that left is dropped; the worker stops on `cancelled`.
+        Never blocks: the worker held a permit for it, and the channel has room
+        for every permit. A batch for a stream that left is dropped (the worker
+        stops on `cancelled`), and so is one past the room, which only the
+        extra permit that wakes a loop being cancelled can send.
         """
         try:
             self.send.send_nowait(batch)
-        except (trio.BrokenResourceError, trio.ClosedResourceError):
+        except (trio.BrokenResourceError, trio.ClosedResourceError, trio.WouldBlock):
             pass
 
     def finish(self, stats: StatsSnapshot, error: SpecActorError | None = None) -> None:

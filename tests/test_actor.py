@@ -323,3 +323,17 @@ async def test_print_stats_writes_llama_summary(gemma, capfd):
         await actor.generate(REPEATS, max_tokens=8)
         actor.print_stats()
     assert capfd.readouterr().err.strip()
+
+
+async def test_closing_while_the_reader_never_reads(gemma):
+    async with open_actor(gemma, n_ctx=128, stream_buffer=1) as actor:
+        stream = actor.stream_events(STORY, max_tokens=100)
+        await stream.__aenter__()
+        with trio.fail_after(20):
+            while stream.stats().tokens_emitted < 1:
+                await trio.sleep(0.01)
+        await trio.sleep(0.1)
+        assert actor.busy and stream.stats().tokens_emitted <= 2  # waiting for its reader
+    events = [ev async for ev in stream]
+    assert isinstance(events[-1], Error) and "closed" in events[-1].reason
+    assert len(token_events(events)) >= 1
