@@ -60,3 +60,9 @@ async def test_pool_rejects_bad_size(gemma):
     with pytest.raises(ConfigError, match="size"):
         async with open_pool(gemma, size=0):
             pass
+
+
+async def test_pool_body_errors_come_out_plain(gemma):
+    with pytest.raises(ValueError, match="mine"):
+        async with open_pool(gemma, size=2, n_ctx=64):
+            raise ValueError("mine")
