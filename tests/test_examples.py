@@ -7,11 +7,16 @@ import subprocess
 import sys
 from pathlib import Path
 
+import spec_actor
+
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+# The examples import the same spec_actor as the tests (installed or in-tree).
+PACKAGE_ROOT = Path(spec_actor.__file__).resolve().parent.parent
 
 
 def run_example(name: str, max_tokens: int = 8) -> str:
     env = dict(os.environ, SPEC_ACTOR_MAX_TOKENS=str(max_tokens))
+    env["PYTHONPATH"] = os.pathsep.join([str(PACKAGE_ROOT), *filter(None, [env.get("PYTHONPATH")])])
     done = subprocess.run([sys.executable, str(EXAMPLES / name)], env=env, capture_output=True,
                           text=True, timeout=180)
     assert done.returncode == 0, done.stderr[-3000:]
