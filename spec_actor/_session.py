@@ -77,7 +77,7 @@ class Session:
         for name, value in (("n_ctx", n_ctx), ("n_batch", n_batch), ("n_ubatch", n_ubatch)):
             if not isinstance(value, int) or value < 1:
                 raise ConfigError(f"{name}={value!r} must be a positive integer")
-        if n_ctx > model.info.n_ctx_train:
+        if 0 < model.info.n_ctx_train < n_ctx:  # 0: unknown (a vocab_only model)
             raise ConfigError(f"n_ctx={n_ctx} exceeds the {model.info.n_ctx_train} tokens {model.info.arch} "
                               f"was trained for; pass n_ctx <= {model.info.n_ctx_train}")
         self.spec.check_batch(n_batch)
