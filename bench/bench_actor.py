@@ -1,0 +1,240 @@
+"""Benchmark the generation actor against the bare synchronous Session, side by side.
+
+    python bench/bench_actor.py [--reps N] [--tokens N]
+
+One process, one model. Each pair of measurements alternates actor and
+baseline so that drift (thermal, other load) hits both alike; the table
+shows medians and their ratios against the targets of the actor issue.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import os
+import random
+import statistics
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import trio
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from spec_actor import GenerationActor, Session, load_model, open_actor  # noqa: E402
+
+STORY = "Once upon a time, in a small village by the sea, there lived an old fisherman named"
+PARAGRAPH = (
+    "The harbour was quiet in the early morning. Fishing boats rocked gently at their moorings, "
+    "gulls circled above the grey water, and the smell of salt and tar hung in the cool air. "
+    "Along the quay, old men mended nets and talked about the weather, the price of fish and "
+    "the storms of years gone by. "
+)
+N_CTX = 4096
+
+
+def median(xs: Sequence[float]) -> float:
+    return statistics.median(xs)
+
+
+def pct(xs: Sequence[float], q: float) -> float:
+    ys = sorted(xs)
+    return ys[min(len(ys) - 1, round(q * (len(ys) - 1)))]
+
+
+class Bench:
+    def __init__(self, reps: int, tokens: int) -> None:
+        self.reps = reps
+        self.tokens = tokens
+        self.model = load_model()
+        self.session = Session(self.model, n_ctx=N_CTX)
+        per = len(self.model.tokenizer.encode(PARAGRAPH, add_special=False))
+        self.long_prompt = PARAGRAPH * (3000 // per + 1)
+        self.rows: list[tuple[str, str, str, str, str]] = []
+
+    def row(self, what: str, actor: str, base: str, ratio: str, target: str) -> None:
+        self.rows.append((what, actor, base, ratio, target))
+        print(f"  {what}: actor {actor}, baseline {base}, {ratio} (target {target})", file=sys.stderr)
+
+    # -- baselines on the bare Session (called from the trio thread: it blocks, on purpose) --
+
+    def session_tps(self) -> float:
+        start = time.perf_counter()
+        result = self.session.run(STORY, max_tokens=self.tokens)
+        return len(result.tokens) / (time.perf_counter() - start)
+
+    def session_ttft(self) -> float:
+        first: list[float] = []
+        start = time.perf_counter()
+
+        def on_events(events: list) -> bool:
+            if not first:
+                first.append(time.perf_counter())
+            return False  # the first token is all we want
+
+        self.session.run(STORY, max_tokens=4, on_events=on_events)
+        return first[0] - start
+
+    # -- the actor --------------------------------------------------------------
+
+    async def actor_tps(self, actor: GenerationActor, poll: str = "") -> float:
+        """Tokens/s of one request; poll="task" or "thread" reads actor.stats() at 1 kHz meanwhile."""
+        n = 0
+        stop = threading.Event()
+        thread = threading.Thread(target=thread_poller, args=(actor, stop))
+        start = time.perf_counter()
+        async with trio.open_nursery() as nursery:
+            if poll == "task":
+                nursery.start_soon(task_poller, actor)
+            elif poll == "thread":
+                thread.start()
+            async with actor.stream_events(STORY, max_tokens=self.tokens) as events:
+                async for ev in events:
+                    n += type(ev).__name__ == "Token"
+            elapsed = time.perf_counter() - start
+            nursery.cancel_scope.cancel()
+        stop.set()
+        if thread.is_alive():
+            thread.join()
+        return n / elapsed
+
+    async def actor_ttft(self, actor: GenerationActor) -> float:
+        start = time.perf_counter()
+        async with actor.stream(STORY, max_tokens=4) as text:
+            async for _ in text:
+                return time.perf_counter() - start
+        raise RuntimeError("no token")
+
+    async def cancel_in_decode(self, actor: GenerationActor) -> tuple[float, float]:
+        """(latency from break to actor idle, mean loop step of that run), seconds."""
+        target = random.randint(3, 30)
+        n = 0
+        async with actor.stream_events(STORY, max_tokens=1000) as events:
+            async for ev in events:
+                n += type(ev).__name__ == "Token"
+                if n == target:
+                    start = time.perf_counter()
+                    break
+        latency = time.perf_counter() - start
+        snap = events.stats()
+        assert not actor.busy and not snap.running
+        return latency, snap.decode_us / 1e6 / max(1, snap.iters - 1)
+
+    async def cancel_in_prefill(self, actor: GenerationActor) -> float:
+        with trio.CancelScope() as scope:
+            async with trio.open_nursery() as nursery:
+
+                async def consume() -> None:
+                    async for _ in actor.stream(self.long_prompt, max_tokens=4):
+                        raise RuntimeError("the prefill finished before the cancel")
+
+                nursery.start_soon(consume)
+                await trio.sleep(random.uniform(0.02, 0.2))
+                start = time.perf_counter()
+                scope.cancel()
+        latency = time.perf_counter() - start
+        assert not actor.busy and not actor.session.last_stats().running
+        return latency
+
+    # -- the run -----------------------------------------------------------------
+
+    async def run(self) -> None:
+        async with open_actor(self.model, n_ctx=N_CTX) as actor:
+            await actor.generate(STORY, max_tokens=8)  # warm up both
+            self.session.run(STORY, max_tokens=8)
+            await self.throughput(actor)
+            await self.cancel_latency(actor)
+            self.stats_cost(actor)
+            await self.poller_overhead(actor)
+            await self.ttft(actor)
+
+    async def throughput(self, actor: GenerationActor) -> None:
+        a, b = await alternate(self.reps, lambda: self.actor_tps(actor), self.session_tps)
+        self.row(f"tokens/s, {self.tokens} greedy tokens (actor.stream vs Session.run, no consumer)",
+                 f"{median(a):.1f}", f"{median(b):.1f}", f"{median(a) / median(b):.3f}x", ">= 0.98x")
+
+    async def cancel_latency(self, actor: GenerationActor) -> None:
+        decode = [await self.cancel_in_decode(actor) for _ in range(max(20, 4 * self.reps))]
+        lat = [d[0] * 1e3 for d in decode]
+        step = median([d[1] * 1e3 for d in decode])
+        self.row("cancel -> idle during decode, p50 / p99 (ms)", f"{median(lat):.1f} / {pct(lat, 0.99):.1f}",
+                 f"one loop step {step:.1f}", f"p99 {pct(lat, 0.99) / step:.2f} steps", "p99 <= 1 step")
+        prefill = [await self.cancel_in_prefill(actor) * 1e3 for _ in range(max(10, 2 * self.reps))]
+        self.row("cancel -> idle during a 3,000-token prefill, p50 / p99 (ms)",
+                 f"{median(prefill):.1f} / {pct(prefill, 0.99):.1f}", "-", "-", "p99 <= 50 ms")
+
+    def stats_cost(self, actor: GenerationActor) -> None:
+        per_call = []
+        for _ in range(200):
+            start = time.perf_counter_ns()
+            for _ in range(100):
+                actor.stats()
+            per_call.append((time.perf_counter_ns() - start) / 100 / 1e3)
+        self.row("actor.stats() cost, median (us)", f"{median(per_call):.2f}", "-", "-", "<= 5 us")
+
+    async def poller_overhead(self, actor: GenerationActor) -> None:
+        for where in ("task", "thread"):
+            a, b = await alternate(self.reps, lambda: self.actor_tps(actor, poll=where),
+                                   lambda: self.actor_tps(actor))
+            self.row(f"tokens/s with a 1 kHz actor.stats() poller ({where}) vs without",
+                     f"{median(a):.1f}", f"{median(b):.1f}", f"{median(a) / median(b):.3f}x", ">= 0.99x")
+
+    async def ttft(self, actor: GenerationActor) -> None:
+        a, b = await alternate(max(20, 4 * self.reps), lambda: self.actor_ttft(actor), self.session_ttft)
+        self.row("time to first token (ms), actor vs Session.run", f"{median(a) * 1e3:.2f}",
+                 f"{median(b) * 1e3:.2f}", f"+{(median(a) - median(b)) * 1e3:.2f} ms", "<= +2 ms")
+
+    def table(self) -> str:
+        head = ("measure", "actor", "baseline", "ratio", "target")
+        rows = [head, *self.rows]
+        widths = [max(len(r[i]) for r in rows) for i in range(5)]
+        lines = ["| " + " | ".join(c.ljust(w) for c, w in zip(r, widths)) + " |" for r in rows]
+        lines.insert(1, "|" + "|".join("-" * (w + 2) for w in widths) + "|")
+        return "\n".join(lines)
+
+
+async def task_poller(actor: GenerationActor) -> None:
+    while True:
+        actor.stats()
+        await trio.sleep(0.001)
+
+
+def thread_poller(actor: GenerationActor, stop: threading.Event) -> None:
+    while not stop.wait(0.001):
+        actor.stats()
+
+
+async def alternate(reps: int, first: Callable, second: Callable) -> tuple[list[float], list[float]]:
+    """Run two measurements alternately (starting with either at random); return both series."""
+    a: list[float] = []
+    b: list[float] = []
+    for _ in range(reps):
+        pair = [(a, first), (b, second)]
+        random.shuffle(pair)
+        for series, fn in pair:
+            gc.collect()
+            value = fn()
+            series.append(await value if hasattr(value, "__await__") else value)
+    print(f"    runs: {[round(x, 4) for x in a]} vs {[round(x, 4) for x in b]}", file=sys.stderr)
+    return a, b
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--reps", type=int, default=5, help="pairs of runs per throughput measure")
+    parser.add_argument("--tokens", type=int, default=160, help="tokens per throughput run")
+    args = parser.parse_args()
+    bench = Bench(args.reps, args.tokens)
+    start = time.perf_counter()
+    load = os.getloadavg()[0]
+    trio.run(bench.run)
+    print(bench.table())
+    print(f"\n{args.reps} alternating pairs per ratio; {time.perf_counter() - start:.0f} s in all; "
+          f"{os.cpu_count()} CPUs, load average {load:.2f} before, {os.getloadavg()[0]:.2f} after")
+
+
+if __name__ == "__main__":
+    main()
