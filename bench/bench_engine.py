@@ -9,7 +9,7 @@ embedded Gemma 3 270M: spec_actor plain, ngram-mod and ngram-cache (n_draft
 8), and llama.cpp's ``llama-completion`` (plain) and
 ``llama-speculative-simple`` (same speculative settings), both compiled from
 the same llama.cpp source and linked to the same libraries. Decode tokens/s
-(prompt excluded) and ratios are printed. Run it on an idle machine: with the
+(prompt excluded, sampling included) and ratios are printed. Run it on an idle machine: with the
 two cores busy, llama.cpp's spinning threads make every number meaningless.
 """
 
@@ -37,8 +37,9 @@ THREADS = os.cpu_count() or 2
 # (label, spec_actor Spec, llama-speculative-simple arguments or None for llama-completion)
 MODES = [
     ("plain", spec_actor.Spec("none"), None),
-    ("ngram-mod", spec_actor.Spec("ngram-mod", n_draft=N_DRAFT, ngram_mod_n_min=1),
-     ["--spec-type", "ngram-mod", "--spec-ngram-mod-n-max", str(N_DRAFT), "--spec-ngram-mod-n-min", "1"]),
+    ("ngram-mod", spec_actor.Spec("ngram-mod", n_draft=N_DRAFT),
+     ["--spec-type", "ngram-mod", "--spec-ngram-mod-n-max", str(N_DRAFT),
+      "--spec-ngram-mod-n-min", str(N_DRAFT), "--spec-ngram-mod-n-match", "12"]),
     ("ngram-cache", spec_actor.Spec("ngram-cache", n_draft=N_DRAFT),
      ["--spec-type", "ngram-cache", "--spec-draft-n-max", str(N_DRAFT)]),
 ]
@@ -46,23 +47,33 @@ MODES = [
 
 def spec_actor_tps(model: spec_actor.Model, spec: spec_actor.Spec, prompt: str, n: int) -> float:
     with spec_actor.Session(model, spec=spec, n_ctx=2048, n_threads=THREADS) as session:
+        session.run(prompt[:64], max_tokens=2)  # warm-up, as llama.cpp's programs do before timing
         result = session.run(prompt, max_tokens=n, temp=0.0)
     return result.stats.tokens_per_sec
 
 
 def llama_tps(tools: dict[str, Path], model: Path, prompt_file: Path, n: int, spec_args: list[str] | None) -> float:
+    """Decode tokens/s of llama.cpp's program, timed over the same loop as ours.
+
+    llama-completion's "eval time" leaves sampling out, while spec_actor's
+    decode time (and llama-speculative-simple's) includes it; so for
+    llama-completion we divide its eval runs by eval time plus sampling time.
+    """
     common = ["-m", str(model), "-f", str(prompt_file), "-n", str(n), "--temp", "0", "-t", str(THREADS), "-c", "2048"]
     if spec_args is None:
         cmd = [str(tools["llama-completion"]), *common, "-no-cnv", "--no-display-prompt"]
-        pattern = r"\beval time =.*?([\d.]+) tokens per second"
     else:
         cmd = [str(tools["llama-speculative-simple"]), *common, *spec_args]
-        pattern = r"decoded\s+\d+ tokens in .*speed:\s+([\d.]+) t/s"
     out = subprocess.run(cmd, capture_output=True, text=True, check=True, stdin=subprocess.DEVNULL)
-    found = re.findall(pattern, out.stdout + out.stderr)
-    if not found:
-        raise RuntimeError(f"could not read tokens/s from {cmd[0]}:\n{out.stderr[-2000:]}")
-    return float(found[-1])
+    log = out.stdout + out.stderr
+    try:
+        if spec_args is None:
+            runs, eval_ms = re.findall(r"\beval time =\s+([\d.]+) ms /\s+(\d+) runs", log)[-1][::-1]
+            sampling_ms = re.findall(r"sampling time =\s+([\d.]+) ms", log)[-1]
+            return float(runs) / ((float(eval_ms) + float(sampling_ms)) / 1e3)
+        return float(re.findall(r"decoded\s+\d+ tokens in .*speed:\s+([\d.]+) t/s", log)[-1])
+    except IndexError:
+        raise RuntimeError(f"could not read tokens/s from {cmd[0]}:\n{log[-2000:]}") from None
 
 
 def main() -> None:

@@ -65,7 +65,9 @@ class Spec:
         ngram_size_n: n-gram key size (ngram-simple, map-k, map-k4v).
         ngram_size_m: m-gram value size (same types).
         ngram_min_hits: Hits an n-gram needs before it drafts (same types).
-        ngram_mod_n_match: ngram-mod's lookup length.
+        ngram_mod_n_match: ngram-mod's lookup length: the tokens that must
+            repeat before it drafts. 12, not llama.cpp's 24: on a 160-token
+            code copy 12 gives 2.15x plain and 24 gives 1.65x (bench_engine).
         ngram_mod_n_min: ngram-mod's fewest draft tokens.
         ngram_mod_n_max: ngram-mod's most draft tokens (at most 64).
         draft_model: The draft model (a loaded model or a GGUF path), needed
@@ -85,7 +87,7 @@ class Spec:
     ngram_size_n: int = 12
     ngram_size_m: int = 48
     ngram_min_hits: int = 1
-    ngram_mod_n_match: int = 24
+    ngram_mod_n_match: int = 12
     ngram_mod_n_min: int = 48
     ngram_mod_n_max: int = 64
     draft_model: Any = None

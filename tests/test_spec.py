@@ -50,7 +50,7 @@ def test_defaults_per_type():
     spec = Spec("ngram-simple")
     assert (spec.n_min, spec.p_min, spec.p_split) == (0, 0.0, 0.1)
     assert (spec.ngram_size_n, spec.ngram_size_m, spec.ngram_min_hits) == (12, 48, 1)
-    assert (spec.ngram_mod_n_match, spec.ngram_mod_n_min, spec.ngram_mod_n_max) == (24, 48, 64)
+    assert (spec.ngram_mod_n_match, spec.ngram_mod_n_min, spec.ngram_mod_n_max) == (12, 48, 64)
 
 
 def test_flags():
