@@ -25,6 +25,10 @@ from spec_actor.cli import _bench, _prompts, main
 REPO = Path(__file__).resolve().parent.parent
 # The directory that holds the spec_actor the tests import (the work tree or site-packages).
 PACKAGE_ROOT = Path(spec_actor.__file__).resolve().parent.parent
+# `python -m` puts its working directory first on sys.path: run the command
+# from the directory holding the spec_actor under test, so that a source
+# checkout (without the built extension) cannot shadow an installed package.
+CLI = [sys.executable, "-m", "spec_actor.cli"]
 PROMPT = "The three primary colors are"
 TIMEOUT = 120
 
@@ -40,14 +44,15 @@ def _env(**extra: str) -> dict[str, str]:
 def cli(*args: str, input: str | None = None, env: dict[str, str] | None = None,
         cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     """Run the command to completion with pipes (off a terminal)."""
-    return subprocess.run([sys.executable, "-m", "spec_actor.cli", *args], input=input,
+    return subprocess.run([*CLI, *args], input=input,
                           stdin=None if input is not None else subprocess.DEVNULL,
-                          capture_output=True, text=True, timeout=TIMEOUT, env=env or _env(), cwd=cwd)
+                          capture_output=True, text=True, timeout=TIMEOUT, env=env or _env(),
+                          cwd=cwd or PACKAGE_ROOT)
 
 
 def popen(*args: str, **kw: object) -> subprocess.Popen[bytes]:
-    return subprocess.Popen([sys.executable, "-m", "spec_actor.cli", *args], stdin=subprocess.DEVNULL,
-                            env=_env(), **kw)  # type: ignore[call-overload]
+    return subprocess.Popen([*CLI, *args], stdin=subprocess.DEVNULL, env=_env(), cwd=PACKAGE_ROOT,
+                            **kw)  # type: ignore[call-overload]
 
 
 def assert_one_error_line(proc: subprocess.CompletedProcess[str], *needles: str) -> None:
@@ -155,7 +160,7 @@ def _run_on_pty(args: list[str], *, stdout_on_pty: bool, rows: int = 12) -> tupl
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, 100, 0, 0))
     env = _env()
     env["TERM"] = "xterm"
-    proc = subprocess.Popen([sys.executable, "-m", "spec_actor.cli", *args], stdin=subprocess.DEVNULL,
+    proc = subprocess.Popen([*CLI, *args], stdin=subprocess.DEVNULL, cwd=PACKAGE_ROOT,
                             stdout=slave if stdout_on_pty else subprocess.PIPE, stderr=slave, env=env)
     os.close(slave)
     seen = b""
@@ -240,8 +245,8 @@ def test_bad_options_exit_2_and_runtime_failures_exit_1():
 
 
 def test_missing_prompt_is_an_error():
-    proc = subprocess.run([sys.executable, "-m", "spec_actor.cli", "generate"], input="",
-                          capture_output=True, text=True, env=_env(), timeout=TIMEOUT)
+    proc = subprocess.run([*CLI, "generate"], input="", capture_output=True, text=True, env=_env(),
+                          timeout=TIMEOUT, cwd=PACKAGE_ROOT)
     assert_one_error_line(proc, "prompt")
 
 
