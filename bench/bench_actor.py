@@ -53,11 +53,12 @@ def pct(xs: Sequence[float], q: float) -> float:
 
 
 class Bench:
-    def __init__(self, reps: int, tokens: int) -> None:
+    def __init__(self, reps: int, tokens: int, threads: int | None) -> None:
         self.reps = reps
         self.tokens = tokens
+        self.ctx = {"n_ctx": N_CTX, "n_threads": threads}
         self.model = load_model()
-        self.session = Session(self.model, n_ctx=N_CTX)
+        self.session = Session(self.model, **self.ctx)
         per = len(self.model.tokenizer.encode(PARAGRAPH, add_special=False))
         self.long_prompt = PARAGRAPH * (3000 // per + 1)
         self.rows: list[tuple[str, str, str, str, str]] = []
@@ -149,7 +150,7 @@ class Bench:
     # -- the run -----------------------------------------------------------------
 
     async def run(self) -> None:
-        async with open_actor(self.model, n_ctx=N_CTX) as actor:
+        async with open_actor(self.model, **self.ctx) as actor:
             await actor.generate(STORY, max_tokens=8)  # warm up both
             self.session.run(STORY, max_tokens=8)
             await self.throughput(actor)
@@ -235,14 +236,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reps", type=int, default=5, help="pairs of runs per throughput measure")
     parser.add_argument("--tokens", type=int, default=160, help="tokens per throughput run")
+    parser.add_argument("--threads", type=int, default=None, help="n_threads of both (default: all CPUs)")
     args = parser.parse_args()
-    bench = Bench(args.reps, args.tokens)
+    bench = Bench(args.reps, args.tokens, args.threads)
     start = time.perf_counter()
     load = os.getloadavg()[0]
     trio.run(bench.run)
     print(bench.table())
     print(f"\n{args.reps} alternating pairs per ratio; {time.perf_counter() - start:.0f} s in all; "
-          f"{os.cpu_count()} CPUs, load average {load:.2f} before, {os.getloadavg()[0]:.2f} after")
+          f"{len(os.sched_getaffinity(0))} of {os.cpu_count()} CPUs, n_threads {args.threads or 'default'}, load average {load:.2f} before, {os.getloadavg()[0]:.2f} after")
 
 
 if __name__ == "__main__":
