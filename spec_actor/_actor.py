@@ -44,6 +44,14 @@ class GenerationActor(StreamSource):
     Thread-safety: make and read streams from the trio thread that opened
     the actor. `stats`, `stream.stats()` and `print_stats` may be called
     from any task or thread; they take no lock.
+
+    **Cancellation**: a request whose stream is left early (``break``, an
+    exception, a cancel scope, ``aclose()``, or a dropped plain ``async
+    for``) leaves the queue, or has the native cancel flag set, which the
+    loop checks every step and llama.cpp between graph nodes: it stops
+    within one loop step while decoding, within milliseconds in a prompt
+    prefill. ``aclose()`` and ``async with`` wait for that, shielded, so the
+    actor is idle when they return; see `EventStream`.
     """
 
     __slots__ = ("_session", "_max_queue", "_buffer", "_trio_token", "_trio_thread", "_queue", "_lot",
@@ -190,9 +198,7 @@ class GenerationActor(StreamSource):
             error = SpecActorError(f"generation failed: {exc!r}")
             error.__cause__ = exc
         else:
-            if result is not None and result.terminal is None and not req.cancelled:
-                # The run ended without a terminal event and nobody asked it to:
-                # the actor is closing.
+            if result is not None and result.terminal is None and not req.cancelled and self._closed:
                 error = ActorClosedError("the actor was closed while this request was running")
         finally:
             self._current = None

@@ -69,3 +69,13 @@ async def test_queued_request_cancelled_leaves_the_queue(gemma):
                     async for _ in queued:
                         pass
             assert actor.queued == 0 and queued.stats().requests == 0
+
+
+async def test_a_run_cancelled_from_outside_its_stream_ends_with_error(gemma):
+    async with open_actor(gemma, n_ctx=256) as actor:
+        async with actor.stream_events(STORY, max_tokens=200) as events:
+            got = [await events.__anext__()]
+            actor.session.cancel()  # not through the stream
+            got += [ev async for ev in events]
+        assert isinstance(got[-1], Error) and "other than this stream" in got[-1].reason
+        assert len(await actor.generate(STORY, max_tokens=3)) > 0
