@@ -25,10 +25,12 @@ from spec_actor.cli import _bench, _prompts, main
 REPO = Path(__file__).resolve().parent.parent
 # The directory that holds the spec_actor the tests import (the work tree or site-packages).
 PACKAGE_ROOT = Path(spec_actor.__file__).resolve().parent.parent
-# `python -m` puts its working directory first on sys.path: run the command
-# from the directory holding the spec_actor under test, so that a source
-# checkout (without the built extension) cannot shadow an installed package.
+# `python -m` puts its working directory first on sys.path, ahead of
+# PYTHONPATH: run the command from this tests folder, which holds no package,
+# so a source checkout (without the built extension) cannot shadow the
+# spec_actor under test and PYTHONPATH decides what is imported.
 CLI = [sys.executable, "-m", "spec_actor.cli"]
+RUN_DIR = Path(__file__).resolve().parent
 PROMPT = "The three primary colors are"
 TIMEOUT = 120
 
@@ -47,11 +49,11 @@ def cli(*args: str, input: str | None = None, env: dict[str, str] | None = None,
     return subprocess.run([*CLI, *args], input=input,
                           stdin=None if input is not None else subprocess.DEVNULL,
                           capture_output=True, text=True, timeout=TIMEOUT, env=env or _env(),
-                          cwd=cwd or PACKAGE_ROOT)
+                          cwd=cwd or RUN_DIR)
 
 
 def popen(*args: str, **kw: object) -> subprocess.Popen[bytes]:
-    return subprocess.Popen([*CLI, *args], stdin=subprocess.DEVNULL, env=_env(), cwd=PACKAGE_ROOT,
+    return subprocess.Popen([*CLI, *args], stdin=subprocess.DEVNULL, env=_env(), cwd=RUN_DIR,
                             **kw)  # type: ignore[call-overload]
 
 
@@ -160,7 +162,7 @@ def _run_on_pty(args: list[str], *, stdout_on_pty: bool, rows: int = 12) -> tupl
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, 100, 0, 0))
     env = _env()
     env["TERM"] = "xterm"
-    proc = subprocess.Popen([*CLI, *args], stdin=subprocess.DEVNULL, cwd=PACKAGE_ROOT,
+    proc = subprocess.Popen([*CLI, *args], stdin=subprocess.DEVNULL, cwd=RUN_DIR,
                             stdout=slave if stdout_on_pty else subprocess.PIPE, stderr=slave, env=env)
     os.close(slave)
     seen = b""
@@ -246,7 +248,7 @@ def test_bad_options_exit_2_and_runtime_failures_exit_1():
 
 def test_missing_prompt_is_an_error():
     proc = subprocess.run([*CLI, "generate"], input="", capture_output=True, text=True, env=_env(),
-                          timeout=TIMEOUT, cwd=PACKAGE_ROOT)
+                          timeout=TIMEOUT, cwd=RUN_DIR)
     assert_one_error_line(proc, "prompt")
 
 
