@@ -71,9 +71,16 @@ int32_t AdaptiveDraft::choose() {
 void AdaptiveDraft::observe(int32_t n_asked, int32_t n_drafted, int32_t n_accepted,
                             int64_t t_draft_us, int64_t t_verify_us) {
     (void) n_asked;
+    // Every position forgets at the same pace, reached or not, so a miss at a
+    // position seldom drafted since fades back to the prior instead of
+    // holding the draft length below it for good.
+    for (size_t i = 0; i < reached_.size(); ++i) {
+        reached_[i] *= kDecay;
+        hit_[i] *= kDecay;
+    }
     for (int32_t i = 0; i < n_drafted && i < n_cap_; ++i) {
-        reached_[(size_t) i] = reached_[(size_t) i] * kDecay + 1.0;
-        hit_[(size_t) i] = hit_[(size_t) i] * kDecay + (i < n_accepted ? 1.0 : 0.0);
+        reached_[(size_t) i] += 1.0;
+        hit_[(size_t) i] += i < n_accepted ? 1.0 : 0.0;
         if (i >= n_accepted) break;   // later positions were not reached
     }
     const double x = n_drafted, y = (double) (t_draft_us + t_verify_us);
