@@ -338,7 +338,7 @@ sa_status create_session(sa_session & s, const sa_context_params & c) {
             return fail(SA_ERR_SPEC, std::string(spec_type_name(type)) + " could not be initialised for this model");
         }
     }
-    s.stats.n_draft.store(type == SA_SPEC_NONE ? 0 : s.sparams.n_draft);
+    s.stats.set_n_draft(type == SA_SPEC_NONE ? 0 : s.sparams.n_draft);
     return SA_OK;
 }
 
@@ -563,7 +563,7 @@ sa_status Run::loop(llama_tokens & prompt_tgt, llama_token id_last) {
                 int32_t n_max = std::min(n_ctx - n_past - 2, p_.max_tokens - n_emitted_ - 1);
                 n_max = std::min(n_max, adaptive ? s.adaptive.choose() : n_cap);
                 n_asked = std::max(n_max, 0);
-                if (adaptive) s.stats.n_draft.store(n_asked, std::memory_order_relaxed);
+                if (adaptive) s.stats.set_n_draft(n_asked);
                 if (n_asked > 0) {
                     const int64_t t0 = ggml_time_us();
                     common_speculative_get_draft_params(s.spec, 0) = {
@@ -745,6 +745,8 @@ void sa_session_stats(const sa_session * s, int32_t which, sa_stats * out) {
     if (s == nullptr || out == nullptr) return;
     s->stats.read(which, out);
 }
+
+uint64_t sa_session_stats_version(const sa_session * s) { return s ? s->stats.version() : 0; }
 
 uint32_t sa_session_n_ctx(const sa_session * s) { return s ? llama_n_ctx(s->ctx_tgt) : 0; }
 

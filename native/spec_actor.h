@@ -215,6 +215,8 @@ void sa_session_clear_cancel(sa_session * session);
 int32_t sa_session_cancel_requested(const sa_session * session);
 /* which: 0 cumulative for the session, 1 the last (or current) run. */
 void sa_session_stats(const sa_session * session, int32_t which, sa_stats * out);
+/* Changes whenever any statistic does; equal values mean equal snapshots. */
+uint64_t sa_session_stats_version(const sa_session * session);
 uint32_t sa_session_n_ctx(const sa_session * session);
 uint32_t sa_session_n_batch(const sa_session * session);
 /* Logits of the last run's first divergence probe: top-2 margin at a position.

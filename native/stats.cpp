@@ -54,6 +54,7 @@ void Stats::add_step(int32_t n_drafted, int32_t n_accepted) {
         bump(total.accepted_per_pos[i], (uint64_t) 1);
         bump(last.accepted_per_pos[i], (uint64_t) 1);
     }
+    touched();
 }
 
 void Stats::begin_run(int64_t now_us, uint64_t n_prompt) {
@@ -64,11 +65,13 @@ void Stats::begin_run(int64_t now_us, uint64_t n_prompt) {
     add(&Counters::requests, (uint64_t) 1);
     add(&Counters::prompt_tokens, n_prompt);
     running.store(1, relaxed);
+    touched();
 }
 
 void Stats::set_ttft(int64_t us) {
     last.ttft_us.store(us, relaxed);
     total.ttft_us.store(us, relaxed);
+    touched();
 }
 
 void Stats::set_elapsed(int64_t now_us, int64_t decode_start_us) {
@@ -78,9 +81,18 @@ void Stats::set_elapsed(int64_t now_us, int64_t decode_start_us) {
     total.t_total_us.store(base_total_us_ + run_us, relaxed);
     last.t_decode_us.store(dec_us, relaxed);
     total.t_decode_us.store(base_decode_us_ + dec_us, relaxed);
+    touched();
 }
 
-void Stats::end_run() { running.store(0, relaxed); }
+void Stats::end_run() {
+    running.store(0, relaxed);
+    touched();
+}
+
+void Stats::set_n_draft(int32_t n) {
+    n_draft.store(n, relaxed);
+    touched();
+}
 
 void Stats::read(int32_t which, sa_stats * out) const {
     std::memset(out, 0, sizeof *out);

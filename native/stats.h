@@ -34,7 +34,11 @@ public:
     void add(std::atomic<T> Counters::*field, T v) {
         bump(total.*field, v);
         bump(last.*field, v);
+        touched();
     }
+
+    // Draft length in use (the current one under adaptive drafting).
+    void set_n_draft(int32_t n);
 
     // Record one verification step: draft length and accepted count.
     void add_step(int32_t n_drafted, int32_t n_accepted);
@@ -48,10 +52,20 @@ public:
 
     void read(int32_t which, sa_stats * out) const;
 
+    // Changes with every update: a reader that saw the same version twice
+    // may reuse what it read the first time. Read it before the counters.
+    uint64_t version() const { return version_.load(std::memory_order_acquire); }
+
 private:
+    std::atomic<uint64_t> version_{0};
+
     int64_t run_start_us_ = 0;
     int64_t base_total_us_ = 0;
     int64_t base_decode_us_ = 0;
+
+    // Publish the updates made so far (release: a reader that sees the new
+    // version also sees them).
+    void touched() { version_.store(version_.load(std::memory_order_relaxed) + 1, std::memory_order_release); }
 
     template <typename T>
     static void bump(std::atomic<T> & a, T v) {

@@ -114,6 +114,14 @@ class GenerationActor(StreamSource):
         A frozen snapshot, read lock-free from native atomic counters:
         callable from any task or thread, at any time. After the actor
         closed, its last snapshot.
+
+        Cheap enough to poll: while no counter changed it returns the same
+        snapshot object (about 0.2 us); after a loop step it reads the
+        counters afresh (a few us). What a fast poller costs is its own
+        wake-ups: on a 2-core machine generating on both cores, a trio task
+        waking at 1 kHz took about 1.5% of tokens/s (trio's scheduling, not
+        this call), a thread at 1 kHz nothing measurable; see
+        bench/bench_actor.py. Poll from a thread, or every 10 ms or more.
         """
         final = self._final_stats
         return final if final is not None else self._session.stats()

@@ -95,6 +95,8 @@ class Session:
             type_k=_kv_type(type_k, "type_k"), type_v=_kv_type(type_v, "type_v"),
             flash_attn=-1 if flash_attn is None else int(bool(flash_attn)))
         self._decoder = BatchDecoder()
+        # Per `which` (0 cumulative, 1 last run): (stats version, snapshot).
+        self._snapshots: list[tuple[int, StatsSnapshot | None]] = [(-1, None), (-1, None)]
         self.n_ctx = _ns.n_ctx(self._handle)
         self.n_batch = _ns.n_batch(self._handle)
 
@@ -156,11 +158,23 @@ class Session:
 
     def stats(self) -> StatsSnapshot:
         """Cumulative statistics of this session (lock-free, any thread)."""
-        return _ns.stats(self._handle, 0)
+        return self._snapshot(0)
 
     def last_stats(self) -> StatsSnapshot:
         """Statistics of the current or last run (lock-free, any thread)."""
-        return _ns.stats(self._handle, 1)
+        return self._snapshot(1)
+
+    def _snapshot(self, which: int) -> StatsSnapshot:
+        # Snapshots are frozen, so while nothing changed (a loop step takes
+        # milliseconds, pollers ask far more often) the last one is reused:
+        # one native call instead of building a new snapshot. The version is
+        # read first, so a cached snapshot is never older than its version.
+        version = _ns.stats_version(self._handle)
+        cached_version, snapshot = self._snapshots[which]
+        if cached_version != version or snapshot is None:
+            snapshot = _ns.stats(self._handle, which)
+            self._snapshots[which] = (version, snapshot)
+        return snapshot
 
     def print_stats(self) -> None:
         """Print llama.cpp's own speculative and performance summary to stderr."""

@@ -168,6 +168,21 @@ def test_stats_events_and_terminal_stats(plain):
     assert emitted == sorted(emitted)
 
 
+
+def test_stats_snapshot_is_reused_only_while_nothing_changed(plain):
+    plain.run(PROMPT, max_tokens=2)
+    idle, idle_last = plain.stats(), plain.last_stats()
+    assert plain.stats() is idle and plain.last_stats() is idle_last  # nothing ran since
+    seen: list[spec_actor.StatsSnapshot] = []
+    plain.run(PROMPT, max_tokens=6, on_events=lambda _events: seen.append(plain.last_stats()) or True)
+    emitted = [s.tokens_emitted for s in seen]
+    assert emitted == sorted(emitted) and emitted[-1] >= 5  # live, not the cached idle snapshot
+    after = plain.stats()
+    assert after is not idle
+    assert after.requests == idle.requests + 1
+    assert after.tokens_emitted == idle.tokens_emitted + 6
+    assert plain.last_stats().tokens_emitted == 6
+
 def test_grammar_constrains_output(plain):
     grammar = 'root ::= "yes" | "no"'
     result = plain.run("Is the sky blue? Answer:", max_tokens=8, temp=0.0, grammar=grammar)

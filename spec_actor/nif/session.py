@@ -107,6 +107,11 @@ def stats(handle: SessionHandle, which: int) -> StatsSnapshot:
         tuple(ffi.unpack(s.drafted_per_pos, n)), s.requests, bool(s.running), s.t_decode_us)
 
 
+def stats_version(handle: SessionHandle) -> int:
+    """A number that changes whenever any of the session's statistics does."""
+    return lib.sa_session_stats_version(handle)
+
+
 def n_ctx(handle: SessionHandle) -> int:
     return lib.sa_session_n_ctx(handle)
 
