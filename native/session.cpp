@@ -79,18 +79,6 @@ bool uses_draft_context(int32_t type) {
            type == SA_SPEC_DRAFT_DFLASH;
 }
 
-// llama.cpp's MTP, EAGLE-3 and DFlash drafters always draft their configured
-// n_max tokens (a forward pass of the drafter each), whatever length a step
-// asks for, and the result is cut afterwards. Under adaptive drafting their
-// n_max is therefore kept at the model-draft default, so a step never pays
-// for more draft passes than the default fixed length would; the adaptive
-// choice then trims how much of the draft is verified.
-constexpr int32_t kAutoFullLengthCap = 3;
-
-bool drafts_full_length(int32_t type) {
-    return type == SA_SPEC_DRAFT_EAGLE3 || type == SA_SPEC_DRAFT_MTP || type == SA_SPEC_DRAFT_DFLASH;
-}
-
 bool needs_rollback_snapshots(int32_t type) {
     return type == SA_SPEC_DRAFT_EAGLE3 || type == SA_SPEC_DRAFT_MTP || type == SA_SPEC_DRAFT_DFLASH;
 }
@@ -701,10 +689,6 @@ sa_status sa_session_new(sa_model * model, const sa_context_params * cparams, co
         s->draft_model = sparams->draft_model;
         s->sparams = *sparams;
         s->sparams.draft_model = nullptr;
-        if (s->sparams.adaptive && drafts_full_length(s->sparams.type)) {
-            s->sparams.n_draft = std::min(s->sparams.n_draft, kAutoFullLengthCap);
-            s->sparams.n_min = std::min(s->sparams.n_min, s->sparams.n_draft);
-        }
         sa_status st2 = check_spec_models(*s);
         if (st2 == SA_OK) st2 = create_session(*s, *cparams);
         if (st2 != SA_OK) return st2;

@@ -15,7 +15,8 @@ SA_MAX_DRAFT_POS = 64
 """The most tokens one step may draft (the native per-position stats size)."""
 
 AUTO_N_DRAFT_CEILING = 16
-"""The draft length ceiling used with ``n_draft="auto"``."""
+"""The draft length ceiling used with ``n_draft="auto"`` by the types that
+draft only what a step asks for (draft-simple and the n-gram types)."""
 
 _NGRAM_MAX = 1024  # the range llama.cpp's command line accepts for n-gram sizes
 
@@ -36,6 +37,12 @@ _TYPES: dict[str, tuple[int, int]] = {
 }
 _ALIASES = {"mtp": "draft-mtp", "draft": "draft-simple", "eagle3": "draft-eagle3", "dflash": "draft-dflash"}
 _NEEDS_DRAFT_MODEL = frozenset({"draft-simple", "draft-eagle3", "draft-dflash"})
+# llama.cpp's MTP, EAGLE-3 and DFlash drafters always draft their whole n_max
+# (a drafter forward pass per token) and cut the draft afterwards. Under
+# n_draft="auto" their ceiling therefore stays at the fixed default, so a step
+# never pays for more draft passes than the fixed length would; the adaptive
+# choice trims how much of the draft is verified.
+_DRAFTS_FULL_LENGTH = frozenset({"draft-eagle3", "draft-mtp", "draft-dflash"})
 
 SPEC_TYPES: tuple[str, ...] = tuple(_TYPES)
 """The canonical speculative type names, in llama.cpp's order."""
@@ -53,7 +60,8 @@ class Spec:
     (draft-simple, eagle3, mtp, dflash), where each drafted token costs a
     forward pass of the drafter, 8 for the n-gram types, whose lookups are
     nearly free, and 0 for ``none``. ``n_draft="auto"`` tunes the draft
-    length online with a ceiling of `AUTO_N_DRAFT_CEILING` (16).
+    length online up to `max_draft`: `AUTO_N_DRAFT_CEILING` (16), or 3 for
+    MTP, EAGLE-3 and DFlash, whose drafters always draft their full length.
 
     Args:
         type: The speculative type.
@@ -136,7 +144,9 @@ class Spec:
     def max_draft(self) -> int:
         """The most tokens drafted per step: ``n_draft``, or the ceiling when adaptive."""
         n = self.n_draft
-        return n if isinstance(n, int) else AUTO_N_DRAFT_CEILING
+        if isinstance(n, int):
+            return n
+        return _TYPES[self.type][1] if self.type in _DRAFTS_FULL_LENGTH else AUTO_N_DRAFT_CEILING
 
     @property
     def needs_draft_model(self) -> bool:

@@ -60,6 +60,10 @@ def test_flags():
     auto = Spec("ngram-mod", n_draft="auto")
     assert auto.adaptive and auto.max_draft == AUTO_N_DRAFT_CEILING == 16
     assert not Spec("ngram-mod").adaptive and Spec("ngram-mod").max_draft == 8
+    # drafters that always draft their full length keep the fixed default as ceiling
+    assert Spec("mtp", n_draft="auto").max_draft == 3
+    assert make("eagle3", n_draft="auto").max_draft == 3
+    assert make("draft-simple", n_draft="auto").max_draft == AUTO_N_DRAFT_CEILING
 
 
 @pytest.mark.parametrize(
@@ -71,7 +75,8 @@ def test_flags():
         (dict(type="mtp", n_draft="max"), "n_draft='max'"),
         (dict(type="none", n_draft="auto"), "n_draft='auto' needs a speculative type"),
         (dict(type="mtp", n_draft=4, n_min=5), "n_min=5 is invalid: expected an int from 0 to 4"),
-        (dict(type="mtp", n_draft="auto", n_min=17), "n_min=17 is invalid: expected an int from 0 to 16"),
+        (dict(type="ngram-mod", n_draft="auto", n_min=17), "n_min=17 is invalid: expected an int from 0 to 16"),
+        (dict(type="mtp", n_draft="auto", n_min=4), "n_min=4 is invalid: expected an int from 0 to 3"),
         (dict(type="mtp", n_min=-1), "n_min=-1"),
         (dict(type="mtp", p_min=1.5), "p_min=1.5 is invalid: expected a finite number >= 0 and <= 1"),
         (dict(type="mtp", p_min=float("nan")), "p_min=nan"),
@@ -107,7 +112,9 @@ def test_check_batch():
     with pytest.raises(ConfigError, match="n_batch=8 .* at least 9"):
         spec.check_batch(8)
     with pytest.raises(ConfigError, match="at least 17"):
-        Spec("mtp", n_draft="auto").check_batch(16)
+        Spec("ngram-mod", n_draft="auto").check_batch(16)
+    with pytest.raises(ConfigError, match="at least 4"):
+        Spec("mtp", n_draft="auto").check_batch(3)
     Spec().check_batch(1)
 
 

@@ -294,7 +294,7 @@ def test_json_grammar_constrains_output_in_every_mode(request, mode):
 
 # mode -> (builder, prompt, tokens, shortest and longest draft length the step may ask for).
 # llama.cpp's MTP and EAGLE-3 drafters draft their whole n_max every step, so
-# the native session keeps it at the model-draft default (3) under "auto" and
+# Spec keeps their ceiling at the model-draft default (3) under "auto" and
 # adapts only how much of the draft is verified; draft-simple and the n-gram
 # types draft what the step asks, up to the ceiling (16). N-gram types may
 # skip drafting (0): their plain steps cost nothing extra.
@@ -315,7 +315,7 @@ ADAPTIVE = {
 def test_adaptive_draft_length_stays_within_bounds_and_keeps_greedy_output(request, mode):
     build, prompt, n, lo, hi = ADAPTIVE[mode]
     model, spec = build(request.getfixturevalue)
-    assert spec.adaptive and spec.max_draft == AUTO_N_DRAFT_CEILING
+    assert spec.adaptive and spec.max_draft == hi
     with Session(model, n_ctx=512) as plain:
         expected = greedy(plain, prompt, n)
         with drafting_session(model, spec) as session:
@@ -419,7 +419,7 @@ async def test_actor_adaptive_mtp_keeps_greedy_output(mtp_model, mtp_plain):
     async with open_actor(mtp_model, spec=Spec("mtp", n_draft="auto"), n_ctx=512) as actor:
         events = [ev async for ev in actor.stream_events(PROMPT, max_tokens=N_TINY, emit_stats_every=1)]
     chosen = {ev.snapshot.n_draft for ev in events if type(ev) is Stats}
-    assert chosen and all(0 <= k <= AUTO_N_DRAFT_CEILING for k in chosen)
+    assert chosen and all(0 <= k <= AUTO_FULL_LENGTH_CAP for k in chosen)
     tokens = [ev.id for ev in events if type(ev) is Token]
     assert_final_stats_consistent(events[-1].stats, len(tokens))
     assert_same_or_near_tie(mtp_plain, PROMPT, expected.tokens, tokens)
