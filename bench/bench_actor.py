@@ -87,6 +87,28 @@ class Bench:
         self.session.run(STORY, max_tokens=4, on_events=on_events)
         return first[0] - start
 
+    def session_tps_beside_idle_thread(self) -> float:
+        """session_tps while another thread, which has run a session of its own, sits idle.
+
+        With OpenMP's per-thread teams this was 0.63x alone (docs/decisions/0006).
+        """
+        other = Session(self.model, **self.ctx)
+        done = threading.Event()
+
+        def computed_then_idle() -> None:
+            other.run(STORY, max_tokens=4)
+            done.wait()
+
+        thread = threading.Thread(target=computed_then_idle)
+        thread.start()
+        try:
+            time.sleep(0.2)  # let it compute and go idle
+            return self.session_tps()
+        finally:
+            done.set()
+            thread.join()
+            other.close()
+
     # -- the actor --------------------------------------------------------------
 
     async def actor_tps(self, actor: GenerationActor, poll: str = "") -> float:
@@ -155,6 +177,7 @@ class Bench:
     # -- the run -----------------------------------------------------------------
 
     async def run(self) -> None:
+        await self.isolation()  # first: no actor thread may exist yet
         async with open_actor(self.model, **self.ctx) as actor:
             await actor.generate(STORY, max_tokens=8)  # warm up both
             self.session.run(STORY, max_tokens=8)
@@ -163,6 +186,12 @@ class Bench:
             self.stats_cost(actor)
             await self.poller_overhead(actor)
             await self.ttft(actor)
+
+    async def isolation(self) -> None:
+        self.session.run(STORY, max_tokens=8)  # warm up
+        a, b = await alternate(self.reps, self.session_tps_beside_idle_thread, self.session_tps)
+        self.row("tokens/s of Session.run beside an idle thread that has computed vs alone",
+                 f"{median(a):.1f}", f"{median(b):.1f}", f"{paired(a, b):.3f}x", ">= 0.98x")
 
     async def throughput(self, actor: GenerationActor) -> None:
         # Session.run both in the calling thread and, as the actor runs it, in a worker thread.

@@ -51,6 +51,11 @@ LLAMA_CMAKE_FLAGS = [
     "-DLLAMA_BUILD_UI=OFF",
     "-DLLAMA_USE_PREBUILT_UI=OFF",
     "-DGGML_BACKEND_DL=OFF",
+    # ggml's own thread pool, one per session, instead of OpenMP's team per
+    # calling thread: with OpenMP a second thread that has ever computed
+    # (trio's worker threads, another session) made every graph barrier
+    # sleep instead of spin, 37% slower (docs/decisions/0006).
+    "-DGGML_OPENMP=OFF",
     "-DCMAKE_INSTALL_LIBDIR=lib",
     "-DCMAKE_INSTALL_RPATH=$ORIGIN",
     "-DCMAKE_BUILD_WITH_INSTALL_RPATH=ON",  # libraries find each other next to the extension

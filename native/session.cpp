@@ -5,6 +5,7 @@
 #include "stats.h"
 
 #include "common.h"
+#include "ggml-cpu.h"
 #include "sampling.h"
 #include "speculative.h"
 
@@ -29,6 +30,10 @@ struct sa_session {
     const sa_model * draft_model = nullptr;
     llama_context * ctx_tgt = nullptr;
     llama_context * ctx_dft = nullptr;
+    // The session's own compute threads (docs/decisions/0006): decode, and
+    // prompt batches when n_threads_batch differs (else null: decode's).
+    ggml_threadpool * pool = nullptr;
+    ggml_threadpool * pool_batch = nullptr;
     common_speculative * spec = nullptr;
     sa_spec_params sparams{};
     bool use_ckpt_tgt = false;
@@ -44,6 +49,8 @@ struct sa_session {
         common_speculative_free(spec);  // refers to both contexts: free it first
         if (ctx_dft) llama_free(ctx_dft);
         if (ctx_tgt) llama_free(ctx_tgt);
+        if (pool_batch) ggml_threadpool_free(pool_batch);  // after the contexts that use them
+        if (pool) ggml_threadpool_free(pool);
     }
 };
 
@@ -285,7 +292,25 @@ common_params_speculative make_spec_params(const sa_session & s) {
     return ps;
 }
 
+ggml_threadpool * new_pool(int32_t n_threads) {
+    ggml_threadpool_params tp = ggml_threadpool_params_default(n_threads);
+    return ggml_threadpool_new(&tp);
+}
+
+// Every context of the session computes on the session's pools, whichever
+// thread calls into it.
+sa_status create_pools(sa_session & s, const sa_context_params & c) {
+    s.pool = new_pool(c.n_threads);
+    if (c.n_threads_batch != c.n_threads) s.pool_batch = new_pool(c.n_threads_batch);
+    if (s.pool == nullptr || (c.n_threads_batch != c.n_threads && s.pool_batch == nullptr)) {
+        return fail(SA_ERR_CONTEXT, "could not start " + std::to_string(std::max(c.n_threads, c.n_threads_batch)) +
+                    " compute threads; pass a smaller n_threads / n_threads_batch");
+    }
+    return SA_OK;
+}
+
 sa_status create_session(sa_session & s, const sa_context_params & c) {
+    if (sa_status st = create_pools(s, c); st != SA_OK) return st;
     llama_context_params cp = make_context_params(c, s.sparams, &s.cancel);
     s.ctx_tgt = llama_init_from_model(s.model->model, cp);
     if (s.ctx_tgt == nullptr) {
@@ -312,6 +337,9 @@ sa_status create_session(sa_session & s, const sa_context_params & c) {
             return fail(SA_ERR_SPEC, std::string("could not create the ") + spec_type_name(type) + " draft context" +
                         (detail.empty() ? "" : ": " + detail));
         }
+    }
+    for (llama_context * ctx : {s.ctx_tgt, s.ctx_dft}) {
+        if (ctx) llama_attach_threadpool(ctx, s.pool, s.pool_batch);
     }
     s.use_ckpt_tgt = common_context_can_seq_rm(s.ctx_tgt) == COMMON_CONTEXT_SEQ_RM_TYPE_FULL;
     s.use_ckpt_dft = s.ctx_dft && common_context_can_seq_rm(s.ctx_dft) == COMMON_CONTEXT_SEQ_RM_TYPE_FULL;

@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 import time
 
+import psutil
 import pytest
 from greedy_helpers import assert_consistent, assert_same_or_near_tie, greedy
 
@@ -167,6 +168,20 @@ def test_stats_events_and_terminal_stats(plain):
     emitted = [e.snapshot.tokens_emitted for e in events if isinstance(e, spec_actor.Stats)]
     assert emitted == sorted(emitted)
 
+
+
+def test_compute_threads_belong_to_the_session(gemma):
+    """Each session owns its pool of native compute threads and frees it on close."""
+    proc = psutil.Process()
+    before = proc.num_threads()
+    sessions = [Session(gemma, n_ctx=128, n_threads=3, n_threads_batch=2) for _ in range(2)]
+    for session in sessions:
+        session.run(PROMPT, max_tokens=2)
+    # per session: 2 decode workers + 1 batch worker (the calling thread is the third)
+    assert proc.num_threads() == before + 2 * 3
+    for session in sessions:
+        session.close()
+    assert proc.num_threads() == before
 
 
 def test_stats_snapshot_is_reused_only_while_nothing_changed(plain):
