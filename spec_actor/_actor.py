@@ -118,10 +118,10 @@ class GenerationActor(StreamSource):
         Cheap enough to poll: while no counter changed it returns the same
         snapshot object (about 0.2 us); after a loop step it reads the
         counters afresh (a few us). What a fast poller costs is its own
-        wake-ups: on a 2-core machine generating on both cores, a trio task
-        waking at 1 kHz took about 1.5% of tokens/s (trio's scheduling, not
-        this call), a thread at 1 kHz nothing measurable; see
-        bench/bench_actor.py. Poll from a thread, or every 10 ms or more.
+        wake-ups, CPU taken from generation where it uses every core: on a
+        2-core machine a trio task waking at 1 kHz took about 7% of tokens/s
+        and a thread 4% (trio's and the OS's scheduling, not this call; see
+        bench/bench_actor.py). Poll every 10 ms or more.
         """
         final = self._final_stats
         return final if final is not None else self._session.stats()
@@ -267,7 +267,10 @@ async def open_actor(model: Model, *, spec: Spec | str = "none", n_ctx: int = 40
         stream_buffer: Loop steps of events a request's channel holds before
             the native loop waits for the reader.
         context_options: n_batch, n_ubatch, n_threads, n_threads_batch,
-            type_k, type_v, flash_attn (see `Session`).
+            type_k, type_v, flash_attn (see `Session`). n_threads defaults
+            to every CPU; the session computes on its own pool of that many
+            threads, so CPU that the event loop uses meanwhile slows it down
+            (docs/decisions/0006); pass fewer where the loop is busy.
 
     The session is created in a worker thread (it allocates the KV cache).
 
