@@ -304,9 +304,10 @@ ggml_threadpool * new_pool(int32_t n_threads) {
 // Every context of the session computes on the session's pools, whichever
 // thread calls into it.
 sa_status create_pools(sa_session & s, const sa_context_params & c) {
+    const bool own_batch_pool = c.n_threads_batch != c.n_threads;
     s.pool = new_pool(c.n_threads);
-    if (c.n_threads_batch != c.n_threads) s.pool_batch = new_pool(c.n_threads_batch);
-    if (s.pool == nullptr || (c.n_threads_batch != c.n_threads && s.pool_batch == nullptr)) {
+    if (own_batch_pool) s.pool_batch = new_pool(c.n_threads_batch);
+    if (s.pool == nullptr || (own_batch_pool && s.pool_batch == nullptr)) {
         return fail(SA_ERR_CONTEXT, "could not start " + std::to_string(std::max(c.n_threads, c.n_threads_batch)) +
                     " compute threads; pass a smaller n_threads / n_threads_batch");
     }

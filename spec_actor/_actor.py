@@ -171,8 +171,12 @@ class GenerationActor(StreamSource):
             self._queue.remove(request)
             request.finish(EMPTY_STATS)
         elif request.state is State.RUNNING and self._current is request:
-            self._session.cancel()
-            request.permits.release()  # wakes a worker waiting for the reader
+            self._stop_running(request)
+
+    def _stop_running(self, request: Request) -> None:
+        """Set the native cancel flag, and wake the loop if it waits for its reader."""
+        self._session.cancel()
+        request.permits.release()  # the loop checks the flag as soon as it has the permit
 
     # -- the actor task ---------------------------------------------------------------
 
@@ -247,8 +251,7 @@ class GenerationActor(StreamSource):
             self._queue.popleft().finish(
                 EMPTY_STATS, error or ActorClosedError("the actor was closed before this request started"))
         if self._current is not None:
-            self._session.cancel()
-            self._current.permits.release()  # the loop stops at its next check
+            self._stop_running(self._current)
         self._lot.unpark_all()
 
 
