@@ -11,7 +11,9 @@
  *    any time, also while sa_session_run is running; they take no lock.
  *
  * This header is parsed by cffi (spec_actor/nif/_build.py): keep it to plain C
- * declarations between the CDEF markers, no preprocessor logic there.
+ * declarations between the CDEF markers, no preprocessor logic there beyond
+ * integer #defines (Python reads those, the enum members and the struct
+ * fields from the compiled library: they are the one source of the schema).
  *
  * EVENT SCHEMA (msgpack, version SA_EVENT_SCHEMA_VERSION)
  *  sa_session_run hands the callback one *batch* per loop step: a msgpack
@@ -25,11 +27,10 @@
  *                                        the EOG token itself is not emitted)
  *    [4, code:int, message:str]          SA_EV_ERROR  native failure (terminal)
  *  A cancelled run emits no terminal event; its status says SA_CANCELLED.
- *  stats map keys (all ints unless noted):
- *    iters, drafts_generated, drafts_accepted, tokens_emitted, prompt_tokens,
- *    n_draft, t_prefill_us, t_draft_us, t_verify_us, t_sample_us, t_total_us,
- *    ttft_us, tokens_per_sec (float), acceptance_rate (float),
- *    accepted_per_pos (array of int), drafted_per_pos (array of int)
+ *  stats map: the fields of sa_stats below, named and typed as there, except
+ *  n_pos (the length of the two per-position arrays, which are cut to it)
+ *  and running (an event always comes from a running loop). sa_stats_map_key
+ *  lists the keys in the order they are written.
  */
 #ifndef SPEC_ACTOR_H
 #define SPEC_ACTOR_H
@@ -41,10 +42,10 @@
 extern "C" {
 #endif
 
-#define SA_EVENT_SCHEMA_VERSION 1
-#define SA_MAX_DRAFT_POS 64
-
 /* CDEF-BEGIN */
+#define SA_EVENT_SCHEMA_VERSION 2
+#define SA_MAX_DRAFT_POS 64         /* length of the per-position stats arrays */
+
 typedef enum {
     SA_OK = 0,
     SA_CANCELLED = 1,          /* run stopped by sa_session_cancel / abort callback */
@@ -178,8 +179,8 @@ typedef struct {
     int32_t running;
     double tokens_per_sec;   /* tokens_emitted / decode wall time, live */
     double acceptance_rate;
-    uint64_t accepted_per_pos[64];
-    uint64_t drafted_per_pos[64];
+    uint64_t accepted_per_pos[SA_MAX_DRAFT_POS];
+    uint64_t drafted_per_pos[SA_MAX_DRAFT_POS];
 } sa_stats;
 
 /* Return 0 to continue, non-zero to stop the run (status SA_STOPPED). */
@@ -187,6 +188,10 @@ typedef int (*sa_event_cb)(void * user, const uint8_t * data, size_t len);
 
 const char * sa_last_error(void);
 int32_t sa_event_schema_version(void);
+/* The i-th key of the stats map of the event schema; NULL past the last. */
+const char * sa_stats_map_key(int32_t i);
+/* llama.cpp's name of a speculative type ("ngram-mod", ...); NULL if type is not an sa_spec_type. */
+const char * sa_spec_type_name(int32_t type);
 void sa_backend_init(void);
 void sa_set_log_level(int32_t level);  /* 0 silent, 1 errors, 2 warnings, 3 info, 4 debug */
 const char * sa_system_info(void);

@@ -13,7 +13,7 @@ from ._model import Model
 from ._options import RequestOptions
 from ._request import Request
 from ._spec import Spec
-from ._stats import StatsSnapshot, Timings
+from ._stats import StatsSnapshot, sum_snapshots
 from ._validate import check_int
 from .streams import StreamSource
 
@@ -91,28 +91,7 @@ class ActorPool(StreamSource):
 
 def sum_stats(snaps: Sequence[StatsSnapshot]) -> StatsSnapshot:
     """Add up the snapshots of several actors (see `ActorPool.stats`)."""
-    width = max(len(s.accepted_per_pos) for s in snaps)
-
-    def per_pos(name: str) -> tuple[int, ...]:
-        return tuple(sum(getattr(s, name)[i] if i < len(getattr(s, name)) else 0 for s in snaps)
-                     for i in range(width))
-
-    def total(name: str) -> int:
-        return sum(getattr(s, name) for s in snaps)
-
-    generated, accepted = total("drafts_generated"), total("drafts_accepted")
-    return StatsSnapshot(
-        iters=total("iters"), drafts_generated=generated, drafts_accepted=accepted,
-        acceptance_rate=accepted / generated if generated else 0.0,
-        tokens_emitted=total("tokens_emitted"),
-        tokens_per_sec=sum(s.tokens_per_sec for s in snaps),
-        timing_us=Timings(*(sum(getattr(s.timing_us, f) for s in snaps)
-                            for f in ("prefill", "draft", "verify", "sample", "total"))),
-        ttft_us=max(s.ttft_us for s in snaps), prompt_tokens=total("prompt_tokens"),
-        n_draft=max(s.n_draft for s in snaps), accepted_per_pos=per_pos("accepted_per_pos"),
-        drafted_per_pos=per_pos("drafted_per_pos"), requests=total("requests"),
-        running=any(s.running for s in snaps), decode_us=total("decode_us"),
-    )  # fmt: skip
+    return sum_snapshots(snaps)
 
 
 @asynccontextmanager

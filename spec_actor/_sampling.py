@@ -102,31 +102,17 @@ class Sampling:
             )
         return cls(**opts)
 
-    def fill(self, struct: Any, ffi: Any, keepalive: list[Any]) -> None:
-        """Write these settings into a cffi ``sa_sampling_params *``.
+    def native_params(self) -> dict[str, int | float | str | None]:
+        """These settings as plain values named as the native ``sa_sampling_params`` fields.
 
-        The grammar strings are allocated with ``ffi`` and appended to
-        ``keepalive``, which the caller must keep alive as long as the struct
-        is in use. Without a grammar, ``grammar`` is NULL.
+        The grammar is text (None: no grammar); the nif layer packs them.
         """
-        struct.temp = self.temp
-        struct.top_k = self.top_k
-        struct.top_p = self.top_p
-        struct.min_p = self.min_p
-        struct.seed = self.seed
-        struct.penalty_last_n = self.penalty_last_n
-        struct.penalty_repeat = self.repeat_penalty
-        struct.penalty_freq = self.frequency_penalty
-        struct.penalty_present = self.presence_penalty
-        if self.grammar is None:
-            struct.grammar = ffi.NULL
-        else:
-            grammar = ffi.new("char[]", self.grammar.encode("utf-8"))
-            keepalive.append(grammar)
-            struct.grammar = grammar
-        root = ffi.new("char[]", self.grammar_root.encode("ascii"))
-        keepalive.append(root)
-        struct.grammar_root = root
+        return {
+            "temp": self.temp, "top_k": self.top_k, "top_p": self.top_p, "min_p": self.min_p,
+            "seed": self.seed, "penalty_last_n": self.penalty_last_n, "penalty_repeat": self.repeat_penalty,
+            "penalty_freq": self.frequency_penalty, "penalty_present": self.presence_penalty,
+            "grammar": self.grammar, "grammar_root": self.grammar_root,
+        }  # fmt: skip
 
 
 _OPTION_NAMES_ORDERED = tuple(f.name for f in dataclasses.fields(Sampling))

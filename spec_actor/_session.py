@@ -89,7 +89,7 @@ class Session:
             draft = self._owned_draft = load_model(draft)
         self.draft_model: Model | None = draft
         self._handle = _ns.new(
-            model.handle, spec=self.spec,
+            model.handle, spec=self.spec.native_params(),
             draft_model=draft.handle if draft is not None else None,
             n_ctx=n_ctx, n_batch=n_batch, n_ubatch=min(n_ubatch, n_batch),
             n_threads=_threads(n_threads), n_threads_batch=_threads(n_threads_batch or n_threads),
@@ -144,7 +144,7 @@ class Session:
             self.clear_cancel()
         collector = _Collector(self._decoder, on_events)
         status = _ns.run(self._handle, tokens, max_tokens=max_tokens, emit_stats_every=emit_stats_every,
-                         sampling=sampling, on_batch=collector)
+                         sampling=sampling.native_params(), on_batch=collector)
         return collector.result(status, self.last_stats())
 
     def cancel(self) -> None:
@@ -173,7 +173,7 @@ class Session:
         version = _ns.stats_version(self._handle)
         cached_version, snapshot = self._snapshots[which]
         if cached_version != version or snapshot is None:
-            snapshot = _ns.stats(self._handle, which)
+            snapshot = StatsSnapshot.from_fields(**_ns.stats(self._handle, which))
             self._snapshots[which] = (version, snapshot)
         return snapshot
 

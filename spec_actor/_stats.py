@@ -7,42 +7,25 @@ A `StatsSnapshot` is built either from the stats map of a native event
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import astuple, dataclass, fields
 from typing import Any, final
 
 from ._errors import EventDecodeError
+from .nif import schema
 
-__all__ = ["NATIVE_FIELDS", "SA_MAX_DRAFT_POS", "StatsSnapshot", "Timings"]
+__all__ = ["NATIVE_FIELDS", "SA_MAX_DRAFT_POS", "StatsSnapshot", "Timings", "sum_snapshots"]
 
-SA_MAX_DRAFT_POS = 64
+SA_MAX_DRAFT_POS = schema.MAX_DRAFT_POS
 """Length of the per-position arrays in the native ``sa_stats`` struct."""
 
-NATIVE_FIELDS: tuple[str, ...] = (
-    "iters", "drafts_generated", "drafts_accepted", "tokens_emitted",
-    "prompt_tokens", "requests", "t_prefill_us", "t_draft_us", "t_verify_us",
-    "t_sample_us", "t_total_us", "t_decode_us", "ttft_us", "n_draft", "n_pos",
-    "running", "tokens_per_sec", "acceptance_rate", "accepted_per_pos",
-    "drafted_per_pos",
-)  # fmt: skip
+NATIVE_FIELDS: tuple[str, ...] = schema.STATS_FIELDS
 """The ``sa_stats`` field names, which are the keyword names of `StatsSnapshot.from_fields`."""
 
-# Stats map keys of the event schema: key -> accepted value types.
-_INT = (int,)
-_NUM = (int, float)
-_REQUIRED: dict[str, tuple[type, ...]] = {
-    "iters": _INT, "drafts_generated": _INT, "drafts_accepted": _INT,
-    "tokens_emitted": _INT, "prompt_tokens": _INT, "n_draft": _INT,
-    "t_prefill_us": _INT, "t_draft_us": _INT, "t_verify_us": _INT,
-    "t_sample_us": _INT, "t_total_us": _INT, "ttft_us": _INT,
-    "tokens_per_sec": _NUM, "acceptance_rate": _NUM,
-    "accepted_per_pos": (list,), "drafted_per_pos": (list,),
-}  # fmt: skip
-# Keys a map may leave out, with the value used then.
-_OPTIONAL: dict[str, tuple[tuple[type, ...], object]] = {
-    "requests": (_INT, 0),
-    "running": ((bool, int), False),
-    "t_decode_us": (_INT, 0),
+# Stats map keys of the event schema, all required: key -> accepted value types.
+_KIND_TYPES: dict[str, tuple[type, ...]] = {"int": (int,), "float": (int, float), "array": (list,)}
+_MAP_TYPES: dict[str, tuple[type, ...]] = {
+    key: _KIND_TYPES[schema.stats_field_kind(key)] for key in schema.STATS_MAP_KEYS
 }
 
 
@@ -165,9 +148,9 @@ class StatsSnapshot:
     def from_map(cls, d: Mapping[str, Any]) -> StatsSnapshot:
         """Build a snapshot from the stats map of a native event.
 
-        The keys are those of the event schema in ``native/spec_actor.h``;
-        ``requests``, ``running`` and ``t_decode_us`` may be absent (0, False,
-        0). Float fields accept ints too.
+        The keys are those of the event schema in ``native/spec_actor.h``
+        (`nif.schema.STATS_MAP_KEYS`), all required; ``running`` is False.
+        Float fields accept ints too.
 
         Raises:
             EventDecodeError: ``d`` is not a map, or a key is missing, unknown
@@ -175,27 +158,21 @@ class StatsSnapshot:
         """
         if not isinstance(d, Mapping):
             raise EventDecodeError(f"stats: expected a map, found {type(d).__name__}")
-        missing = _REQUIRED.keys() - d.keys()
+        missing = _MAP_TYPES.keys() - d.keys()
         if missing:
             raise EventDecodeError(f"stats map: missing key(s) {sorted(missing)}")
-        unknown = d.keys() - _REQUIRED.keys() - _OPTIONAL.keys()
+        unknown = d.keys() - _MAP_TYPES.keys()
         if unknown:
             raise EventDecodeError(f"stats map: unknown key(s) {sorted(map(str, unknown))}")
-        for key, types in _REQUIRED.items():
+        for key, types in _MAP_TYPES.items():
             _check_type(key, d[key], types)
-        kw = dict(d)
-        for key, (types, default) in _OPTIONAL.items():
-            if key in kw:
-                _check_type(key, kw[key], types)
-            else:
-                kw[key] = default
         for key in ("accepted_per_pos", "drafted_per_pos"):
-            values = kw[key]
+            values = d[key]
             if len(values) > SA_MAX_DRAFT_POS or any(type(v) is not int for v in values):
                 raise EventDecodeError(
                     f"stats map: {key} must be a list of at most {SA_MAX_DRAFT_POS} ints, found {values!r}"
                 )
-        return cls.from_fields(**kw)
+        return cls.from_fields(**d)
 
     @property
     def mean_accepted_per_step(self) -> float:
@@ -240,3 +217,35 @@ def _used_len(values: tuple[int, ...]) -> int:
 
 def _fit(values: tuple[int, ...], n: int) -> tuple[int, ...]:
     return values[:n] if len(values) >= n else values + (0,) * (n - len(values))
+
+
+def sum_snapshots(snaps: Sequence[StatsSnapshot]) -> StatsSnapshot:
+    """Add up the snapshots of several sessions (an actor pool's total).
+
+    Counts, times and tokens/s add up, per position too; ``ttft_us`` and
+    ``n_draft`` are the largest, ``running`` whether any runs, and
+    ``acceptance_rate`` is recomputed from the sums. Walks the snapshot's
+    fields, so a field added to `StatsSnapshot` is summed without a change here.
+    """
+    if not snaps:
+        raise ValueError("sum_snapshots needs at least one snapshot")
+    values: dict[str, Any] = {}
+    for f in fields(StatsSnapshot):
+        items = [getattr(s, f.name) for s in snaps]
+        if f.name in _LARGEST:
+            values[f.name] = max(items)
+        elif isinstance(items[0], bool):
+            values[f.name] = any(items)
+        elif isinstance(items[0], Timings):
+            values[f.name] = Timings(*(sum(col) for col in zip(*(astuple(t) for t in items))))
+        elif isinstance(items[0], tuple):
+            width = max(map(len, items))
+            values[f.name] = tuple(sum(col) for col in zip(*(_fit(t, width) for t in items)))
+        else:
+            values[f.name] = sum(items)
+    generated, accepted = values["drafts_generated"], values["drafts_accepted"]
+    values["acceptance_rate"] = accepted / generated if generated else 0.0
+    return StatsSnapshot(**values)
+
+
+_LARGEST = frozenset(("ttft_us", "n_draft"))
