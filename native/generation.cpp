@@ -11,6 +11,15 @@ namespace sa {
 
 namespace {
 
+// A draft that a checkpointed target accepted only in part: the target rolls
+// back and re-verifies the accepted prefix (plus the token sampled after it)
+// as the next "draft". Its counts are recorded once, when its tokens commit.
+struct RolledBack {
+    bool active = false;
+    int32_t n_drafted = 0;   // the original draft's length
+    int32_t n_accepted = 0;  // its tokens accepted so far (re-verification may accept fewer)
+};
+
 // What the drafting phase of one step did.
 struct DraftStep {
     int32_t n_asked = 0;      // draft length asked for (0: a plain step)
@@ -47,6 +56,7 @@ private:
     int32_t n_past_ = 0;
     llama_tokens draft_;
     common_prompt_checkpoint ckpt_;
+    RolledBack rolled_back_;
     int64_t t_start_ = 0;
     int64_t t_decode_start_ = 0;
     int32_t n_emitted_ = 0;
@@ -222,8 +232,13 @@ sa_status Run::loop() {
         const int32_t n_accepted = (int32_t) ids.size() - 1;
 
         if (s_.use_ckpt_tgt && n_accepted < n_draft) {
+            if (!rolled_back_.active) {
+                rolled_back_ = {true, n_draft, n_accepted};
+                if (adaptive_ && d.drafted) s_.adaptive.observe(d.n_asked, n_draft, n_accepted, d.t_draft_us, t_verify);
+            } else {
+                rolled_back_.n_accepted = std::min(rolled_back_.n_accepted, n_accepted);
+            }
             roll_back(std::move(ids), std::move(smpl_save));
-            s_.stats.add_step(n_draft, n_accepted);
             continue;
         }
 
@@ -232,7 +247,14 @@ sa_status Run::loop() {
         if (adaptive_ && (d.drafted || n_draft == 0)) {
             s_.adaptive.observe(d.n_asked, n_draft, n_accepted, d.t_draft_us, t_verify);
         }
-        s_.stats.add_step(n_draft, n_accepted);
+        if (rolled_back_.active) {
+            // re-verified: count the original draft once, and of its tokens
+            // those the re-verification kept (not the re-fed sampled token)
+            s_.stats.add_step(rolled_back_.n_drafted, std::min(rolled_back_.n_accepted, n_accepted));
+            rolled_back_ = {};
+        } else {
+            s_.stats.add_step(n_draft, n_accepted);
+        }
         n_past_ += n_accepted;
 
         llama_token eog_id = -1;
