@@ -103,11 +103,19 @@ _SCALAR_FIELDS = tuple(name for name in STATS_FIELDS if name not in _ARRAY_FIELD
 def stats(handle: SessionHandle, which: int) -> dict[str, Any]:
     """A consistent snapshot of the session's counters: which=0 cumulative, 1 last run.
 
-    Keys are the `schema.STATS_FIELDS`; the per-position arrays are tuples
-    cut to ``n_pos``. Lock-free: any thread, also while a run is going on.
+    Returns `snapshot_values`. Lock-free: any thread, also while a run is
+    going on.
     """
     s = ffi.new("sa_stats *")
     lib.sa_session_stats(handle, which, s)
+    return snapshot_values(s)
+
+
+def snapshot_values(s: Any) -> dict[str, Any]:
+    """The fields of a cffi ``sa_stats`` as plain values, keyed by `schema.STATS_FIELDS`.
+
+    The per-position arrays become tuples cut to ``n_pos``.
+    """
     values = {name: getattr(s, name) for name in _SCALAR_FIELDS}
     for name in _ARRAY_FIELDS:
         values[name] = tuple(ffi.unpack(getattr(s, name), s.n_pos))
