@@ -15,6 +15,7 @@ import trio
 
 from .._errors import SpecActorError
 from .._events import Done, Eog, Error, Token
+from .._stats import StatsSnapshot
 from ..streams import EventStream
 from ._errors import ApiError, api_error_for, shutting_down
 from ._http import Exchange
@@ -38,9 +39,14 @@ class Cancellation:
     idle_at: float
     """`trio.current_time()` when the native loop had stopped."""
     tokens_before: int
-    """Tokens the request had generated when the native cancel flag was set."""
-    tokens_after: int
-    """Tokens it had generated when the loop stopped."""
+    """Tokens the request had generated just before the native cancel flag was set."""
+    stats: StatsSnapshot
+    """The request's statistics once its loop stopped (no prefill time: the prefill was cut short)."""
+
+    @property
+    def tokens_after(self) -> int:
+        """Tokens the request had generated when its loop stopped."""
+        return self.stats.tokens_emitted
 
     @property
     def seconds_to_idle(self) -> float:
@@ -139,7 +145,7 @@ async def _run(exchange: Exchange, job: Job, events: EventStream, reply: Reply, 
             tokens_before = events.stats().tokens_emitted  # read just before aclose sets the cancel flag
             await events.aclose()
             if why:
-                _record(state, why[0], tokens_before, events.stats().tokens_emitted)
+                _record(state, why[0], tokens_before, events.stats())
     await _finish(exchange, job, reply, progress, events, state)
 
 
@@ -166,9 +172,9 @@ async def _finish(exchange: Exchange, job: Job, reply: Reply, progress: _Progres
     await exchange.end_events()
 
 
-def _record(state: ServerState, why: tuple[str, float], before: int, after: int) -> None:
+def _record(state: ServerState, why: tuple[str, float], tokens_before: int, stats: StatsSnapshot) -> None:
     reason, seen_at = why
-    record = Cancellation(reason, seen_at, trio.current_time(), before, after)
+    record = Cancellation(reason, seen_at, trio.current_time(), tokens_before, stats)
     state.cancellations.append(record)
     if reason == "hangup":
         state.metrics.disconnect_to_idle.observe(record.seconds_to_idle)
