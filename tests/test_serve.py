@@ -52,6 +52,30 @@ async def test_openai_client_completions_whole_and_streamed(gemma):
     assert [m.id for m in models.data] == ["gemma-3-270m-q4_k_m"]
 
 
+async def test_openai_client_chat_uses_the_models_template(gemma):
+    messages = [{"role": "system", "content": "Answer in one short sentence."},
+                {"role": "user", "content": "What colour is the sky on a clear day?"}]
+    async with open_actor(gemma, n_ctx=CTX, n_threads=1) as actor:
+        expected = await actor.chat(messages, max_tokens=10)
+        async with actor.chat_events(messages, max_tokens=1) as events:
+            n_prompt = [ev async for ev in events][-1].stats.prompt_tokens
+    assert n_prompt == len(gemma.tokenizer.encode(gemma.apply_chat_template(messages), parse_special=True))
+    async with serving(gemma) as server:
+        client = openai_client(server)
+        whole = await client.chat.completions.create(model="m", messages=messages, max_tokens=10, temperature=0)
+        chunks = [c async for c in await client.chat.completions.create(
+            model="m", messages=messages, max_completion_tokens=10, temperature=0, stream=True)]
+        # content as an array of text parts, the way newer clients send it
+        parts = await client.chat.completions.create(model="m", max_tokens=10, temperature=0, messages=[
+            messages[0], {"role": "user", "content": [{"type": "text", "text": messages[1]["content"]}]}])
+    assert whole.object == "chat.completion" and whole.choices[0].message.role == "assistant"
+    assert whole.choices[0].message.content == expected == parts.choices[0].message.content
+    assert (whole.usage.prompt_tokens, whole.usage.completion_tokens) == (n_prompt, 10)
+    assert chunks[0].choices[0].delta.role == "assistant" and chunks[0].choices[0].delta.content == ""
+    assert "".join(c.choices[0].delta.content or "" for c in chunks) == expected
+    assert chunks[-1].choices[0].finish_reason == "length" and chunks[-1].choices[0].delta.content is None
+
+
 async def test_stream_ends_with_done_and_token_ids_are_a_prompt(gemma):
     ids = gemma.tokenizer.encode(STORY)
     expected = await greedy(gemma, STORY, 6)

@@ -99,8 +99,7 @@ class App:
 
     async def _completions(self, exchange: Exchange) -> None:
         body = await self._body(exchange)
-        await answer(exchange, parse_completion(body, self.state.pool.actors[0].session.model.info.n_vocab),
-                     self.state)
+        await answer(exchange, parse_completion(body, self.state.pool.model.info.n_vocab), self.state)
 
     async def _chat(self, exchange: Exchange) -> None:
         body = await self._body(exchange)

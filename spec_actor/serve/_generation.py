@@ -81,6 +81,8 @@ async def answer(exchange: Exchange, job: Job, state: ServerState) -> None:
 
     async def end_when(wait: object, reason: str) -> None:
         await wait()  # type: ignore[operator]
+        if exchange.complete:  # too late to end it: the whole response went out
+            return
         why.append((reason, exchange.hung_up_at if reason == "hangup" else trio.current_time()))
         run_scope.cancel()
 

@@ -124,11 +124,17 @@ class Exchange:
         await self.send_bytes(status, data, _JSON + (headers or []))
 
     async def send_error(self, error: ApiError) -> None:
-        """Send an error in OpenAI's shape; in a started event stream, as an event that ends it."""
+        """Send an error in OpenAI's shape; in a started event stream, as an event that ends it.
+
+        Nothing is sent once the response is complete, or half of a whole
+        response is out (nothing valid can follow).
+        """
+        if self.complete:
+            return
         if self.streaming:
             await self.send_event(error.body())
             await self.end_events()
-        else:
+        elif not self.started:
             headers = [(b"www-authenticate", b"Bearer")] if error.status == 401 else None
             await self.send_json(error.status, error.body(), headers)
 
