@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
+import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -15,6 +17,7 @@ from hypercorn.trio import serve as hypercorn_serve
 
 from .._model import Model
 from .._pool import ActorPool, open_pool
+from .._groups import unwrap_groups
 from .._spec import Spec
 from .._validate import check_int
 from ._app import App, ServerState
@@ -96,7 +99,7 @@ async def open_server(model: Model, *, host: str = "127.0.0.1", port: int = 8080
 
     Raises:
         ConfigError: an option is out of range.
-        OSError: the address cannot be bound (in use, not local).
+        OSError: the address cannot be bound (in use, not local), before the pool opens.
 
     **Cancellation**: leaving the block stops the server as `Server.stop`
     describes, then closes the pool, which stops every native loop.
@@ -106,22 +109,43 @@ async def open_server(model: Model, *, host: str = "127.0.0.1", port: int = 8080
     if spec is not None:
         pool_options["spec"] = spec
     name = model_name or Path(model.path).name.removesuffix(".gguf")
-    config = _config(host, port, graceful_timeout)
-    async with open_pool(model, **pool_options) as actors:
-        state = ServerState(pool=actors, model_name=name, metrics=ServerMetrics(actors, name), api_key=api_key,
-                            max_body=max_body)
-        async with trio.open_nursery() as nursery:
-            binds = await nursery.start(functools.partial(
-                hypercorn_serve, App(state), config, shutdown_trigger=state.stopping.wait))
-            try:
-                yield Server(state, binds[0])
-            finally:
-                state.stopping.set()
+    with _bound_socket(host, port) as sock:  # bound before the pool opens: a taken port fails fast, plainly
+        async with open_pool(model, **pool_options) as actors:
+            state = ServerState(pool=actors, model_name=name, metrics=ServerMetrics(actors, name),
+                                api_key=api_key, max_body=max_body)
+            config = _config(sock, graceful_timeout)
+            with unwrap_groups():
+                async with trio.open_nursery() as nursery:
+                    binds = await nursery.start(functools.partial(
+                        hypercorn_serve, App(state), config, shutdown_trigger=state.stopping.wait))
+                    try:
+                        yield Server(state, binds[0])
+                    finally:
+                        state.stopping.set()
 
 
-def _config(host: str, port: int, graceful_timeout: float) -> Config:
+def _bound_socket(host: str, port: int) -> socket.socket:
+    """A TCP socket bound to (host, port), not yet listening.
+
+    Raises:
+        OSError: the address is taken, not local, or not resolvable.
+    """
+    check_int("port", port, 0, 65535, hint="use 0 for any free port")
+    family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # accepted sockets inherit it: events go out at once
+        sock.bind(address)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+def _config(sock: socket.socket, graceful_timeout: float) -> Config:
     config = Config()
-    config.bind = [f"[{host}]:{port}" if ":" in host else f"{host}:{port}"]
+    config.bind = [f"fd://{os.dup(sock.fileno())}"]  # hypercorn owns (and closes) the duplicate
     config.graceful_timeout = graceful_timeout
     config.loglevel = "WARNING"
     config.accesslog = None
