@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -12,6 +14,7 @@ import openai
 import trio
 from prometheus_client.parser import text_string_to_metric_families
 
+import spec_actor
 from spec_actor import Model
 from spec_actor.serve import Server, open_server
 
@@ -68,3 +71,12 @@ async def wait_for(predicate: Any, timeout: float = 30.0) -> None:
     with trio.fail_after(timeout):
         while not predicate():
             await trio.sleep(0.005)
+
+
+TESTS_DIR = Path(__file__).resolve().parent
+
+
+def subprocess_env() -> dict[str, str]:
+    """The environment for a subprocess that must import the spec_actor under test (see test_cli.py)."""
+    root = str(Path(spec_actor.__file__).resolve().parent.parent)
+    return dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p))

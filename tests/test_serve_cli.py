@@ -9,20 +9,27 @@ import socket
 import subprocess
 import sys
 import threading
-from pathlib import Path
 
 import httpx
-from test_cli import RUN_DIR, _env, cli
-from test_examples import run_example
+from serve_helpers import TESTS_DIR, subprocess_env
+
+EXAMPLES = TESTS_DIR.parent / "examples"
 
 TIMEOUT = 120
+CLI = [sys.executable, "-m", "spec_actor.cli"]
+
+
+def cli(*args: str) -> subprocess.CompletedProcess[str]:
+    """Run the command to completion; from the tests folder, so PYTHONPATH picks the package."""
+    return subprocess.run([*CLI, *args], stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                          timeout=TIMEOUT, env=subprocess_env(), cwd=TESTS_DIR)
 
 
 def start(*args: str) -> tuple[subprocess.Popen[str], str]:
     """Start ``spec-actor serve`` on a free port; return the process and its URL (from its stderr line)."""
-    proc = subprocess.Popen([sys.executable, "-m", "spec_actor.cli", "serve", "--port", "0", "-c", "256", "-t", "1",
-                             *args], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env=_env(), cwd=RUN_DIR)
+    proc = subprocess.Popen([*CLI, "serve", "--port", "0", "-c", "256", "-t", "1", *args],
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=subprocess_env(), cwd=TESTS_DIR)
     found: list[str] = []
 
     def read() -> None:
@@ -85,7 +92,10 @@ def test_serve_reports_a_taken_port_and_a_bad_spec():
 
 
 def test_serve_and_query_example():
-    out = run_example("serve_and_query.py")
+    done = subprocess.run([sys.executable, str(EXAMPLES / "serve_and_query.py")], capture_output=True, text=True,
+                          timeout=TIMEOUT, env=subprocess_env() | {"SPEC_ACTOR_MAX_TOKENS": "8"}, cwd=TESTS_DIR)
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = done.stdout
     assert re.search(r"^serving on http://127\.0\.0\.1:\d+$", out, re.M)
     assert "completion: ' red, blue, and yellow." in out and "(8 tokens)" in out
     assert re.search(r'^spec_actor:generation_tokens_total\{model_name="gemma-3-270m-q4_k_m"\} 16\.0$', out, re.M)

@@ -8,6 +8,7 @@ into a prompt prefill) and waits until the actor is idle.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -54,136 +55,137 @@ class Cancellation:
         return self.idle_at - self.seen_at
 
 
-@dataclass(slots=True)
-class _Progress:
-    """What one request delivered so far."""
-
-    arrived_at: float
-    text: list[str]
-    tokens: int = 0
-    first_token_at: float | None = None
-    finish_reason: str | None = None
-    prompt_tokens: int = 0
-
-
 async def answer(exchange: Exchange, job: Job, state: ServerState) -> None:
-    """Run ``job`` and send its response; the request's errors go out as OpenAI errors.
+    """Run ``job`` and send its response.
 
     Raises:
-        ApiError: the request was refused before anything was sent (bad
-            options, prompt too long, queue full, server stopping).
+        ApiError: the request was refused or failed before its response
+            started (bad options, prompt too long, queue full, bad grammar,
+            server stopping), or failed after (the caller then sends it as
+            the stream's last event).
     """
-    reply = Reply(job.kind, state.model_name)
-    progress = _Progress(arrived_at=trio.current_time(), text=[])
-    events = _open(job, state)
-    why: list[tuple[str, float]] = []
-    run_scope = trio.CancelScope()
+    await _Answer(exchange, job, state).run()
 
-    async def end_when(wait: object, reason: str) -> None:
-        await wait()  # type: ignore[operator]
-        if exchange.complete:  # too late to end it: the whole response went out
+
+class _Answer:
+    """One request's run: its event stream, what it delivered, and why it ended early, if it did."""
+
+    def __init__(self, exchange: Exchange, job: Job, state: ServerState) -> None:
+        self.exchange = exchange
+        self.job = job
+        self.state = state
+        self.reply = Reply(job.kind, state.model_name)
+        self.arrived_at = trio.current_time()
+        self.events = self._open()
+        self.text: list[str] = []
+        self.tokens = 0
+        self.finish_reason: str | None = None
+        self.prompt_tokens = 0
+        self.ended_by: tuple[str, float] | None = None
+        """("hangup" or "shutdown", when it was seen) once the request is ended early."""
+        self.run_scope = trio.CancelScope()
+
+    def _open(self) -> EventStream:
+        job, pool = self.job, self.state.pool
+        max_tokens = job.max_tokens or pool.actors[0].n_ctx  # the context's end stops it first
+        try:
+            if job.kind == "chat":
+                return pool.chat_events(job.messages, max_tokens=max_tokens, **job.options)
+            return pool.stream_events(job.prompt, max_tokens=max_tokens, **job.options)
+        except SpecActorError as exc:
+            raise api_error_for(exc) from None
+
+    async def run(self) -> None:
+        error: ApiError | None = None
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._end_when, self.exchange.watch_hangup, "hangup")
+            nursery.start_soon(self._end_when, self.state.stopping.wait, "shutdown")
+            with self.run_scope:
+                try:
+                    await self._generate()
+                    await self._respond()
+                except ApiError as exc:  # raised below, outside the nursery (not in an ExceptionGroup)
+                    error = exc
+            nursery.cancel_scope.cancel()
+        if self.ended_by is not None:
+            self.state.metrics.finished("abort")
+            if self.ended_by[0] == "shutdown":
+                with trio.CancelScope(shield=True):
+                    await self.exchange.send_error(shutting_down())
+        elif error is not None:
+            self.state.metrics.finished("error")
+            raise error
+        else:
+            self.state.metrics.e2e.observe(trio.current_time() - self.arrived_at)
+
+    async def _end_when(self, wait: Callable[[], Awaitable[object]], reason: str) -> None:
+        await wait()
+        if self.exchange.complete:  # too late to end it: the whole response went out
             return
-        why.append((reason, exchange.hung_up_at if reason == "hangup" else trio.current_time()))
-        run_scope.cancel()
+        seen_at = self.exchange.hung_up_at if reason == "hangup" else None
+        self.ended_by = (reason, seen_at if seen_at is not None else trio.current_time())
+        self.run_scope.cancel()
 
-    error: ApiError | None = None
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(end_when, exchange.watch_hangup, "hangup")
-        nursery.start_soon(end_when, state.stopping.wait, "shutdown")
-        with run_scope:
-            try:
-                await _run(exchange, job, events, reply, progress, state, why)
-            except ApiError as exc:  # raised outside the nursery, not in an ExceptionGroup
-                error = exc
-        nursery.cancel_scope.cancel()
-    if error is not None and not why:
-        raise error
-    if why:
-        await _ended_early(exchange, reply, why[0][0], state)
-    elif progress.finish_reason is not None:
-        state.metrics.e2e.observe(trio.current_time() - progress.arrived_at)
+    async def _generate(self) -> None:
+        """Read the events, streaming the text out (or keeping it); leave the stream idle in any case."""
+        try:
+            await self.events.__aenter__()
+        except SpecActorError as exc:
+            raise api_error_for(exc) from None
+        try:
+            async for ev in self.events:
+                if type(ev) is Token:
+                    await self._token(ev)
+                elif type(ev) is Error:
+                    raise api_error_for(ev.exception())
+                elif isinstance(ev, (Done, Eog)):
+                    self.finish_reason = "length" if type(ev) is Done and ev.reason == "max_tokens" else "stop"
+                    self.prompt_tokens = ev.stats.prompt_tokens
+        finally:
+            with trio.CancelScope(shield=True):
+                tokens_before = self.events.stats().tokens_emitted  # just before aclose sets the cancel flag
+                await self.events.aclose()
+                if self.ended_by is not None:
+                    self._record(tokens_before)
 
+    async def _token(self, ev: Token) -> None:
+        if self.tokens == 0:
+            self.state.metrics.ttft.observe(trio.current_time() - self.arrived_at)
+            if self.job.stream:
+                await self._open_stream()
+        self.tokens += 1
+        if not ev.text:
+            return
+        if self.job.stream:
+            await self.exchange.send_event(self.reply.piece(ev.text))
+        else:
+            self.text.append(ev.text)
 
-def _open(job: Job, state: ServerState) -> EventStream:
-    max_tokens = job.max_tokens or state.pool.actors[0].n_ctx  # the context's end stops it first
-    try:
-        if job.kind == "chat":
-            return state.pool.chat_events(job.messages, max_tokens=max_tokens, **job.options)
-        return state.pool.stream_events(job.prompt, max_tokens=max_tokens, **job.options)
-    except SpecActorError as exc:
-        raise api_error_for(exc) from None
+    async def _open_stream(self) -> None:
+        await self.exchange.start_events()
+        opening = self.reply.opening()
+        if opening is not None:
+            await self.exchange.send_event(opening)
 
+    async def _respond(self) -> None:
+        reason = self.finish_reason or "stop"
+        prompt_tokens = self.prompt_tokens or self.events.stats().prompt_tokens
+        self.state.metrics.finished(reason)
+        if not self.job.stream:
+            await self.exchange.send_json(200, self.reply.whole("".join(self.text), reason, prompt_tokens,
+                                                                self.tokens))
+            return
+        if not self.exchange.started:  # not a single token (an immediate end of generation)
+            await self._open_stream()
+        await self.exchange.send_event(self.reply.closing(reason))
+        if self.job.include_usage:
+            await self.exchange.send_event(self.reply.usage_chunk(prompt_tokens, self.tokens))
+        await self.exchange.end_events()
 
-async def _run(exchange: Exchange, job: Job, events: EventStream, reply: Reply, progress: _Progress,
-               state: ServerState, why: list[tuple[str, float]]) -> None:
-    try:
-        await events.__aenter__()
-    except SpecActorError as exc:
-        raise api_error_for(exc) from None
-    try:
-        async for ev in events:
-            if type(ev) is Token:
-                if progress.first_token_at is None:
-                    progress.first_token_at = trio.current_time()
-                    state.metrics.ttft.observe(progress.first_token_at - progress.arrived_at)
-                    if job.stream:
-                        await _open_stream(exchange, reply)
-                progress.tokens += 1
-                if ev.text:
-                    if job.stream:
-                        await exchange.send_event(reply.piece(ev.text))
-                    else:
-                        progress.text.append(ev.text)
-            elif type(ev) is Error:
-                raise api_error_for(ev.exception())
-            elif isinstance(ev, (Done, Eog)):
-                progress.finish_reason = "length" if type(ev) is Done and ev.reason == "max_tokens" else "stop"
-                progress.prompt_tokens = ev.stats.prompt_tokens
-    except ApiError:
-        state.metrics.finished("error")
-        raise
-    finally:
-        with trio.CancelScope(shield=True):
-            tokens_before = events.stats().tokens_emitted  # read just before aclose sets the cancel flag
-            await events.aclose()
-            if why:
-                _record(state, why[0], tokens_before, events.stats())
-    await _finish(exchange, job, reply, progress, events, state)
-
-
-async def _open_stream(exchange: Exchange, reply: Reply) -> None:
-    await exchange.start_events()
-    opening = reply.opening()
-    if opening is not None:
-        await exchange.send_event(opening)
-
-
-async def _finish(exchange: Exchange, job: Job, reply: Reply, progress: _Progress, events: EventStream,
-                  state: ServerState) -> None:
-    reason = progress.finish_reason or "stop"
-    prompt_tokens = progress.prompt_tokens or events.stats().prompt_tokens
-    state.metrics.finished(reason)
-    if not job.stream:
-        await exchange.send_json(200, reply.whole("".join(progress.text), reason, prompt_tokens, progress.tokens))
-        return
-    if not exchange.started:  # no token at all (an immediate end of generation)
-        await _open_stream(exchange, reply)
-    await exchange.send_event(reply.closing(reason))
-    if job.include_usage:
-        await exchange.send_event(reply.usage_chunk(prompt_tokens, progress.tokens))
-    await exchange.end_events()
-
-
-def _record(state: ServerState, why: tuple[str, float], tokens_before: int, stats: StatsSnapshot) -> None:
-    reason, seen_at = why
-    record = Cancellation(reason, seen_at, trio.current_time(), tokens_before, stats)
-    state.cancellations.append(record)
-    if reason == "hangup":
-        state.metrics.disconnect_to_idle.observe(record.seconds_to_idle)
-
-
-async def _ended_early(exchange: Exchange, reply: Reply, reason: str, state: ServerState) -> None:
-    state.metrics.finished("abort")
-    if reason == "shutdown":
-        with trio.CancelScope(shield=True):
-            await exchange.send_error(shutting_down())
+    def _record(self, tokens_before: int) -> None:
+        assert self.ended_by is not None
+        reason, seen_at = self.ended_by
+        record = Cancellation(reason, seen_at, trio.current_time(), tokens_before, self.events.stats())
+        self.state.cancellations.append(record)
+        if reason == "hangup":
+            self.state.metrics.disconnect_to_idle.observe(record.seconds_to_idle)

@@ -118,6 +118,9 @@ async def open_server(model: Model, *, host: str = "127.0.0.1", port: int = 8080
                 async with trio.open_nursery() as nursery:
                     binds = await nursery.start(functools.partial(
                         hypercorn_serve, App(state), config, shutdown_trigger=state.stopping.wait))
+                    # Only hypercorn's duplicate may hold the socket open now: when it stops
+                    # listening (at shutdown), the socket closes and new connections are refused.
+                    sock.close()
                     try:
                         yield Server(state, binds[0])
                     finally:
