@@ -195,8 +195,11 @@ async def test_bad_requests_get_a_400_that_names_the_field(gemma):
                             ({"messages": [{"role": "user", "content": 5}]}, "messages[0].content"),
                             ({"messages": [{"content": "hi"}]}, "messages[0].role")):
             assert error_of(await post("/v1/chat/completions", json=body), 400)["param"] == param, body
-        # a value the library refuses: its message says what to change
-        assert "top_p" in error_of(await post("/v1/completions", json={"prompt": "hi", "top_p": 5}), 400)["message"]
+        # values the library refuses: its message says what to change, under the request's field name
+        for body, param in (({"prompt": "hi", "top_p": 5}, "top_p"), ({"prompt": "hi", "seed": -1}, "seed"),
+                            ({"prompt": "hi", "temperature": -1}, "temperature")):
+            error = error_of(await post("/v1/completions", json=body), 400)
+            assert error["param"] == param and "is invalid" in error["message"], body
         too_long = error_of(await post("/v1/completions", json={"prompt": "word " * (CTX + 10)}), 400)
         assert too_long["code"] == "context_length_exceeded" and str(CTX) in too_long["message"]
         for stream in (False, True):

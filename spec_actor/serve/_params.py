@@ -14,6 +14,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from .._errors import ConfigError
+from .._sampling import Sampling
 from ._errors import ApiError, bad_request
 
 __all__ = ["Job", "parse_chat", "parse_completion"]
@@ -179,6 +181,7 @@ def _options(body: dict[str, Any]) -> dict[str, Any]:
     grammar = _get(body, "grammar", str, default=None)
     if grammar is not None:
         options["grammar"] = grammar
+    _check_sampling(options)
     stop = body.get("stop")
     if stop is not None:
         items = [stop] if isinstance(stop, str) else stop
@@ -188,6 +191,18 @@ def _options(body: dict[str, Any]) -> dict[str, Any]:
         if any(items):
             options["stop"] = [s for s in items if s]
     return options
+
+
+def _check_sampling(options: dict[str, Any]) -> None:
+    """Let `Sampling` check the ranges now, so that its error names the request's field."""
+    try:
+        Sampling(**options)
+    except ConfigError as exc:
+        option = exc.message.split("=", 1)[0]
+        field = next((name for table in (_FLOAT_FIELDS, _INT_FIELDS) for name, opt in table.items()
+                      if opt == option), option if option == "grammar" else None)
+        prefix = f"{field}: " if field is not None and field != option else ""
+        raise bad_request(prefix + exc.message, param=field) from None
 
 
 def _prompt(prompt: object, n_vocab: int) -> str | list[int]:
