@@ -75,7 +75,10 @@ class Row:
 @dataclass
 class Hangup:
     server: str
+    plain_ttft_s: float
+    """The short request's TTFT on an idle server, for comparison."""
     next_ttft_s: float
+    """Its TTFT right after a client left a long prefill."""
     disconnect_to_idle_s: float | None
 
 
@@ -160,6 +163,8 @@ async def load(url: str, server: str, clients: int, rounds: int, max_tokens: int
                 tokens += n
                 ttfts.append(ttft)
 
+    async with httpx.AsyncClient(base_url=url, timeout=600) as client:
+        await stream_one(client, STORY, 4)  # warm up (the first request pages the model in)
     start = time.monotonic()
     async with trio.open_nursery() as nursery:
         for i in range(clients):
@@ -170,7 +175,8 @@ async def load(url: str, server: str, clients: int, rounds: int, max_tokens: int
 async def hangup(url: str, server: str) -> Hangup:
     long_prompt = PARAGRAPH * 80  # about 3,000 tokens
     async with httpx.AsyncClient(base_url=url, timeout=600) as a, httpx.AsyncClient(base_url=url, timeout=600) as b:
-        await stream_one(b, STORY, 4)  # warm
+        await stream_one(b, STORY, 4)  # warm up
+        _, plain = await stream_one(b, STORY, 4)
         with trio.move_on_after(HANGUP_AFTER_S):
             await stream_one(a, long_prompt, 64)
         _, ttft = await stream_one(b, STORY, 4)
@@ -182,7 +188,7 @@ async def hangup(url: str, server: str) -> Hangup:
             if values.get("spec_actor:disconnect_to_idle_seconds_count"):
                 idle = values["spec_actor:disconnect_to_idle_seconds_sum"] / values[
                     "spec_actor:disconnect_to_idle_seconds_count"]
-    return Hangup(server, ttft, idle)
+    return Hangup(server, plain, ttft, idle)
 
 
 def main() -> None:
@@ -220,7 +226,8 @@ def main() -> None:
     for h in hangups:
         idle = f", server-side disconnect-to-idle {h.disconnect_to_idle_s * 1000:.1f} ms" \
             if h.disconnect_to_idle_s is not None else ""
-        print(f"  {h.server:<13} next request's TTFT {h.next_ttft_s * 1000:.0f} ms{idle}")
+        print(f"  {h.server:<13} next request's TTFT {h.next_ttft_s * 1000:.0f} ms "
+              f"(without the hang-up {h.plain_ttft_s * 1000:.0f} ms){idle}")
     by = {(r.server, r.clients): r for r in rows}
     if not args.no_llama_server:
         ratios = [f"{n}: {by['spec-actor', n].tokens_per_sec / by['llama-server', n].tokens_per_sec:.2f}x"

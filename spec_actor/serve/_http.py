@@ -56,10 +56,12 @@ class Exchange:
 
     @property
     def method(self) -> str:
+        """The request method (``GET``, ``POST``)."""
         return str(self.scope.get("method", "GET"))
 
     @property
     def path(self) -> str:
+        """The request path, without the query string."""
         return str(self.scope.get("path", "/"))
 
     def header(self, name: bytes) -> str | None:
