@@ -61,10 +61,15 @@ def source_line(name: str, report: dict[str, Any], doc: Path) -> str:
     cpus = f"{mach['cpu_count']} CPUs"
     if mach.get("cpus_usable") not in (None, mach["cpu_count"]):
         cpus += f" ({mach['cpus_usable']} usable)"
-    load = f", load average {mach['load_average']:.2f} before" if mach.get("load_average") is not None else ""
+    load = ""
+    if mach.get("load_average") is not None:
+        load = f", load average {mach['load_average']:.2f}"
+        if report.get("load_average_after") is not None:
+            load += f" before, {report['load_average_after']:.2f} after"
     source = report.get("source", "measured")
     how = "" if source == "measured" else f" {source}"
-    return (f"<sub>Data: [`bench/results/{name}.json`]({link}), from `{report['command']}` on "
+    command = shlex.join(without_json(shlex.split(report["command"])))
+    return (f"<sub>Data: [`bench/results/{name}.json`]({link}), from `{command}` on "
             f"{report['time'][:10]}, {mach['cpu']}, {cpus}{load}.{how}</sub>")
 
 
@@ -95,20 +100,25 @@ def rerun(names: list[str], reports: dict[str, dict[str, Any]]) -> list[str]:
 
 def rerun_argv(command: str, out: Path) -> list[str]:
     """A report's recorded command as argv for this interpreter, writing its JSON to ``out``."""
-    words = shlex.split(command)
-    args: list[str] = []
+    words = without_json(shlex.split(command))
+    head = {"python": [sys.executable], "spec-actor": [sys.executable, "-m", "spec_actor.cli"]}.get(words[0])
+    if head is None:
+        raise SystemExit(f"render_docs: cannot rerun {command!r}: it must start with 'python' or 'spec-actor'")
+    return [*head, *words[1:], "--json", str(out)]
+
+
+def without_json(words: list[str]) -> list[str]:
+    """A command's words without its ``--json PATH`` (or ``--json=PATH``)."""
+    kept: list[str] = []
     skip = False
-    for word in words[1:]:
+    for word in words:
         if skip:
             skip = False
         elif word == "--json":
             skip = True
         elif not word.startswith("--json="):
-            args.append(word)
-    head = {"python": [sys.executable], "spec-actor": [sys.executable, "-m", "spec_actor.cli"]}.get(words[0])
-    if head is None:
-        raise SystemExit(f"render_docs: cannot rerun {command!r}: it must start with 'python' or 'spec-actor'")
-    return [*head, *args, "--json", str(out)]
+            kept.append(word)
+    return kept
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -68,7 +68,8 @@ def test_committed_docs_match_the_committed_reports(tmp_path):
 
 
 ENGINE_REPORT = {
-    "schema": "spec_actor.bench-report/1", "bench": "bench_engine", "command": "python bench/bench_engine.py",
+    "schema": "spec_actor.bench-report/1", "bench": "bench_engine",
+    "command": "python bench/bench_engine.py --repeats 2 --json /tmp/e.json", "load_average_after": 1.25,
     "source": "measured", "spec_actor_version": "0.1.0", "time": "2026-01-02T03:04:05+0000",
     "machine": {"cpu": "Test CPU", "cpu_count": 4, "cpus_usable": 2, "system": "Linux", "python": "3.12",
                 "load_average": 0.5},
@@ -89,7 +90,8 @@ ENGINE_TABLE = """\
 | llama.cpp `llama-speculative-simple`, ngram-cache | 20.0 | 0.50x |
 
 <sub>Data: [`bench/results/bench_engine.json`](../bench/results/bench_engine.json), from \
-`python bench/bench_engine.py` on 2026-01-02, Test CPU, 4 CPUs (2 usable), load average 0.50 before.</sub>
+`python bench/bench_engine.py --repeats 2` on 2026-01-02, Test CPU, 4 CPUs (2 usable), load average 0.50 before, \
+1.25 after.</sub>
 """
 
 
