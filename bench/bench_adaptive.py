@@ -41,9 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from spec_actor import Model, RunResult, Session, Spec, load_model  # noqa: E402
+from spec_actor import Model, RunResult, Session, Spec, load_model
 
 PROMPTS = Path(__file__).resolve().parent / "prompts"
 N_CTX = 1024
