@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -29,9 +30,13 @@ def test_stream_stdout():
 
 
 def test_cancel_on_timeout():
+    # whether 400 tokens outlast the example's 1 s deadline (and its 1 ms
+    # timeout fires) depends on the machine: either outcome, reported right
     out = run_example("cancel_on_timeout.py", 400)
-    assert "cancelled at the deadline" in out and "actor idle: True" in out
-    assert "generate timed out" in out and "next: '" in out
+    assert re.search(r"^(cancelled at the deadline|finished before the deadline) after \d+ pieces; "
+                     r"actor idle: True$", out, re.M), out
+    assert re.search(r"^generate (timed out after|finished within its timeout)", out, re.M), out
+    assert "next: '" in out
 
 
 def test_live_stats():
