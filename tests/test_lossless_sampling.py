@@ -41,7 +41,8 @@ TINY: dict[str, tuple[str, Callable[[Getter], Spec]]] = {
 }
 GEMMA: dict[str, Callable[[Getter], Spec]] = {
     "self-draft": lambda get: Spec("draft-simple", n_draft=4, draft_model=get("gemma")),
-    **{t: (lambda t: lambda get: Spec(t, n_draft=8, ngram_size_n=3, ngram_mod_n_match=6))(t) for t in NGRAM_TYPES},
+    **{t: (lambda t: lambda get: Spec(t, n_draft=8, ngram_size_n=3, ngram_size_m=8,
+                                                     ngram_mod_n_match=6))(t) for t in NGRAM_TYPES},
 }
 COPY_PROMPT = (
     "def add(a, b):\n    return a + b\n\ndef mul(a, b):\n    return a * b\n\n"
