@@ -35,7 +35,9 @@ GEMMA_PROMPTS = {
 N_TINY = 96
 # ngram-cache finds nothing to draft in the "hello" text of the tiny target
 # (it does draft on the code prompt); every other mode drafts on both.
-DRAFTS_NOTHING = {("ngram-cache", "hello"), ("ngram-cache-auto", "hello")}
+# Spec("auto") may rightly choose not to draft.
+DRAFTS_NOTHING = {("ngram-cache", "hello"), ("ngram-cache-auto", "hello"),
+                  ("spec-auto", "hello"), ("spec-auto", "code")}
 N_GEMMA = 32
 
 Getter = Callable[[str], spec_actor.Model]
@@ -62,13 +64,25 @@ def _modes(auto: bool) -> dict[str, Mode]:
     }
 
 
-TINY_MODES = {**_modes(False), **{f"{name}-auto": mode for name, mode in _modes(True).items()}}
+def _has_spec_auto() -> bool:
+    """Whether Spec("auto") (the drafter chosen online) exists in this version."""
+    try:
+        Spec("auto")
+    except spec_actor.ConfigError:
+        return False
+    return True
+
+
+# Spec("auto") joins both tables on its own once the type exists.
+SPEC_AUTO: dict[str, Mode] = {"spec-auto": ("tiny_target", lambda get: Spec("auto"))} if _has_spec_auto() else {}
+TINY_MODES = {**_modes(False), **{f"{name}-auto": mode for name, mode in _modes(True).items()}, **SPEC_AUTO}
 GEMMA_MODES: dict[str, Callable[[Getter], Spec]] = {
     "self-draft": lambda get: Spec("draft-simple", n_draft=4, draft_model=get("gemma")),
     "self-draft-auto": lambda get: Spec("draft-simple", n_draft="auto", draft_model=get("gemma")),
     **{t: (lambda t: lambda get: Spec(t, n_draft=8, ngram_size_n=3, ngram_size_m=8, ngram_mod_n_match=8))(t)
        for t in NGRAM_TYPES},
     "ngram-mod-auto": lambda get: Spec("ngram-mod", n_draft="auto", ngram_mod_n_match=8),
+    **({"spec-auto": lambda get: Spec("auto")} if SPEC_AUTO else {}),
 }
 
 
