@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 
 import pytest
 from outside_checkout import assert_installed_package_used, copy_scripts, run_script
@@ -19,7 +20,7 @@ def examples(tmp_path_factory: pytest.TempPathFactory):
 def run_example(examples, name: str, max_tokens: int = 8) -> str:
     folder, cwd = examples
     env = dict(os.environ, SPEC_ACTOR_MAX_TOKENS=str(max_tokens))
-    done = run_script(folder / name, cwd=cwd, env=env, timeout=180)
+    done = run_script(folder / name, cwd=cwd, env=env, timeout=600)  # a hang bound, generous for a loaded machine
     assert_installed_package_used(done, name)
     assert done.returncode == 0, done.stderr[-3000:]
     return done.stdout
@@ -31,9 +32,13 @@ def test_stream_stdout(examples):
 
 
 def test_cancel_on_timeout(examples):
+    # whether 400 tokens outlast the example's 1 s deadline (and its 1 ms
+    # timeout fires) depends on the machine: either outcome, reported right
     out = run_example(examples, "cancel_on_timeout.py", 400)
-    assert "cancelled at the deadline" in out and "actor idle: True" in out
-    assert "generate timed out" in out and "next: '" in out
+    assert re.search(r"^(cancelled at the deadline|finished before the deadline) after \d+ pieces; "
+                     r"actor idle: True$", out, re.M), out
+    assert re.search(r"^generate (timed out after|finished within its timeout)", out, re.M), out
+    assert "next: '" in out
 
 
 def test_live_stats(examples):

