@@ -68,6 +68,17 @@ void print_with_log_level(int level, const std::function<void()> & fn) {
     apply_common_log_level(saved);
 }
 
+const sa_model * model_retain(const sa_model * m) {
+    if (m != nullptr) m->refs.fetch_add(1, std::memory_order_relaxed);
+    return m;
+}
+
+void model_release(const sa_model * m) {
+    if (m == nullptr || m->refs.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+    llama_model_free(m->model);
+    delete m;
+}
+
 }  // namespace sa
 
 using namespace sa;
@@ -134,11 +145,7 @@ sa_status sa_model_load(const char * path, const sa_model_params * params, sa_mo
     });
 }
 
-void sa_model_free(sa_model * model) {
-    if (model == nullptr) return;
-    llama_model_free(model->model);
-    delete model;
-}
+void sa_model_free(sa_model * model) { model_release(model); }
 
 static void copy_cstr(char * dst, size_t cap, const char * src) {
     std::snprintf(dst, cap, "%s", src ? src : "");

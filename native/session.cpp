@@ -28,6 +28,8 @@ using namespace sa;
 struct sa_session {
     sa_model * model = nullptr;
     const sa_model * draft_model = nullptr;
+    // Keep both models alive until the members below them are gone.
+    sa::ModelRef model_ref, draft_ref;
     llama_context * ctx_tgt = nullptr;
     llama_context * ctx_dft = nullptr;
     // The session's own compute threads (docs/decisions/0006): decode, and
@@ -720,6 +722,8 @@ sa_status sa_session_new(sa_model * model, const sa_context_params * cparams, co
         auto s = std::make_unique<sa_session>();
         s->model = model;
         s->draft_model = sparams->draft_model;
+        s->model_ref.reset(model);
+        s->draft_ref.reset(sparams->draft_model);
         s->sparams = *sparams;
         s->sparams.draft_model = nullptr;
         sa_status st2 = check_spec_models(*s);

@@ -5,8 +5,10 @@
  *  - No C++ exception and no llama.cpp abort crosses it: every entry point
  *    catches, validates its inputs first, and returns an sa_status.
  *  - On failure the message for the calling thread is in sa_last_error().
- *  - Handles are owned by the caller: sa_*_free releases them; a session must
- *    be freed before the model(s) it was made from.
+ *  - Handles are owned by the caller: sa_*_free releases them. A session holds
+ *    a reference on the model(s) it was made from, so they may be freed in
+ *    any order: sa_model_free before sa_session_free only drops the caller's
+ *    reference, and the model goes with its last session.
  *  - sa_session_cancel and sa_session_stats may be called from any thread at
  *    any time, also while sa_session_run is running; they take no lock.
  *
