@@ -215,6 +215,10 @@ sa_status sa_token_piece(const sa_model * model, int32_t token, int32_t special,
 int32_t sa_token_is_eog(const sa_model * model, int32_t token);
 sa_status sa_vocab_compatible(const sa_model * target, const sa_model * draft);
 
+/* GBNF checks that llama.cpp's parser lacks (e.g. a {5,2} repetition, which
+ * hangs it); sa_session_run makes them too. SA_ERR_GRAMMAR says what is wrong. */
+sa_status sa_grammar_check(const char * grammar);
+
 sa_status sa_session_new(sa_model * model, const sa_context_params * cparams,
                          const sa_spec_params * sparams, sa_session ** out);
 void sa_session_free(sa_session * session);
