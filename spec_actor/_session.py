@@ -8,6 +8,7 @@ from typing import Any, Callable, Sequence
 
 from ._errors import ActorClosedError, ConfigError, PromptError
 from ._events import TERMINAL, BatchDecoder, Done, Eog, Error, Event, RawToken, Token
+from ._guards import check_token_ids
 from ._model import Model, load_model
 from ._sampling import Sampling
 from ._spec import Spec
@@ -116,6 +117,7 @@ class Session:
                 tokens = []
         elif isinstance(prompt, Sequence) and all(isinstance(t, int) for t in prompt):
             tokens = list(prompt)
+            check_token_ids(tokens, self.model.info.n_vocab)
         else:
             raise PromptError(f"prompt must be a str or a sequence of token ids, not {type(prompt).__name__}")
         if not tokens:
