@@ -5,8 +5,10 @@
  *  - No C++ exception and no llama.cpp abort crosses it: every entry point
  *    catches, validates its inputs first, and returns an sa_status.
  *  - On failure the message for the calling thread is in sa_last_error().
- *  - Handles are owned by the caller: sa_*_free releases them; a session must
- *    be freed before the model(s) it was made from.
+ *  - Handles are owned by the caller: sa_*_free releases them. A session holds
+ *    a reference on the model(s) it was made from, so they may be freed in
+ *    any order: sa_model_free before sa_session_free only drops the caller's
+ *    reference, and the model goes with its last session.
  *  - sa_session_cancel and sa_session_stats may be called from any thread at
  *    any time, also while sa_session_run is running; they take no lock.
  *
@@ -216,6 +218,10 @@ sa_status sa_tokenize(const sa_model * model, const char * text, int32_t len, in
 sa_status sa_token_piece(const sa_model * model, int32_t token, int32_t special,
                          char * buf, int32_t cap, int32_t * n_out);
 int32_t sa_token_is_eog(const sa_model * model, int32_t token);
+
+/* GBNF checks that llama.cpp's parser lacks (e.g. a {5,2} repetition, which
+ * hangs it); sa_session_run makes them too. SA_ERR_GRAMMAR says what is wrong. */
+sa_status sa_grammar_check(const char * grammar);
 
 sa_status sa_session_new(sa_model * model, const sa_context_params * cparams,
                          const sa_spec_params * sparams, sa_session ** out);

@@ -9,6 +9,7 @@ from typing import Any, final
 
 from ._actor import DEFAULT_STREAM_BUFFER, GenerationActor, open_actor
 from ._errors import ActorClosedError
+from ._guards import ensure_trio
 from ._model import Model
 from ._options import RequestOptions
 from ._request import Request
@@ -115,6 +116,7 @@ async def open_pool(model: Model, *, size: int = 2, spec: Spec | str = "none", n
     closes every actor at once (each as `open_actor` describes) and waits
     for all their worker threads.
     """
+    ensure_trio("open_pool")
     check_int("size", size, 1, hint="a pool needs at least one actor")
     if n_threads is None:
         n_threads = max(1, (os.cpu_count() or 1) // size)

@@ -9,6 +9,7 @@ from typing import Any, final
 
 from ._errors import ConfigError
 from ._validate import check_float, check_int
+from .nif.grammar import check_grammar
 
 __all__ = ["LLAMA_DEFAULT_SEED", "Sampling"]
 
@@ -45,6 +46,9 @@ class Sampling:
 
     Raises:
         ConfigError: A value is out of range; the message says what to change.
+        GrammarError: The grammar has a fault that llama.cpp's parser cannot
+            survive, such as a repetition ``{5,2}``; other grammar errors
+            are reported when the request runs.
     """
 
     temp: float = 0.0
@@ -80,6 +84,8 @@ class Sampling:
                 f"grammar={self.grammar!r} is invalid: expected non-empty GBNF text without NUL "
                 "characters, or None for no grammar"
             )
+        if self.grammar is not None:
+            check_grammar(self.grammar)
         if not isinstance(self.grammar_root, str) or not _ROOT_RE.fullmatch(self.grammar_root):
             raise ConfigError(
                 f"grammar_root={self.grammar_root!r} is invalid: expected a rule name of letters, "

@@ -12,6 +12,7 @@ import trio
 
 from .._errors import GenerationTimeout, SpecActorError
 from .._events import TERMINAL, Done, Error, Event, Token
+from .._guards import ensure_trio_caller
 from .._request import STARTED, Request, State
 from .._stats import StatsSnapshot
 from ._stop import StopMatcher
@@ -157,6 +158,7 @@ class EventStream:
     # -- internals ----------------------------------------------------------------
 
     def _submit(self) -> None:
+        ensure_trio_caller(self._token, "iterating a stream")
         if self._req.state is State.NEW and not self._ended:
             self._source._submit(self._req)
 
