@@ -29,6 +29,7 @@ def models(tmp_path_factory):
         "draft": draft,
         "bad": tm.write_incompatible_draft(d / "bad.gguf", target),
         "eagle3": tm.write_eagle3_drafter(d / "eagle3.gguf", target),
+        "dflash": tm.write_dflash_drafter(d / "dflash.gguf", target),
     }
 
 
@@ -294,3 +295,21 @@ def test_hybrid_model_is_qwen35_with_one_nextn_block(models):
     assert not any(name.startswith("blk.1.ssm") for name in t)
     assert t["blk.2.nextn.eh_proj.weight"].ne == (2 * n, n)
     assert not any(".nextn." in name for name in t if not name.startswith("blk.2."))
+
+
+def test_dflash_drafter_matches_target_and_names_its_mask_token(models):
+    """Names and shapes as src/models/dflash.cpp creates them (the plain variant)."""
+    tgt, df = tm.read_gguf(models["target"]), tm.read_gguf(models["dflash"])
+    assert _arch(df) == "dflash"
+    layers = _hp(df, "target_layers")
+    assert list(layers) == list(tm.DFLASH_TARGET_LAYERS)
+    assert all(0 <= i < _hp(tgt, "block_count") for i in layers)
+    n = _hp(df, "embedding_length")
+    assert n == _hp(tgt, "embedding_length")  # fc reads len(target_layers) target states of n_embd each
+    assert df.tensors["fc.weight"].ne == (len(layers) * n, n)
+    assert df.tensors["enc.output_norm.weight"].ne == (n,)
+    assert df.tensors["blk.0.attn_q_norm.weight"].ne == (n // _hp(df, "attention.head_count"),)
+    # without a mask token llama.cpp aborts while drafting
+    mask = df.metadata["tokenizer.ggml.mask_token_id"]
+    assert df.metadata["tokenizer.ggml.tokens"][mask] == "<mask>"
+    assert df.metadata["tokenizer.ggml.tokens"] == tgt.metadata["tokenizer.ggml.tokens"]

@@ -33,6 +33,8 @@ class TinyPaths:
     """llama draft whose token texts differ from the target's."""
     eagle3: Path
     """EAGLE-3 drafter reading the target's layers 1..3."""
+    dflash: Path
+    """DFlash drafter reading the target's layers 1 and 3."""
 
 
 @pytest.fixture(scope="session")
@@ -46,6 +48,7 @@ def tiny_paths(tmp_path_factory: pytest.TempPathFactory) -> TinyPaths:
         draft=draft,
         bad_draft=tiny_models.write_incompatible_draft(d / "tiny-draft-incompatible.gguf", target),
         eagle3=tiny_models.write_eagle3_drafter(d / "tiny-eagle3.gguf", target),
+        dflash=tiny_models.write_dflash_drafter(d / "tiny-dflash.gguf", target),
     )
 
 
@@ -70,3 +73,4 @@ tiny_target = _loaded("tiny_target", "target", "The llama target of the draft pa
 tiny_draft = _loaded("tiny_draft", "draft", "The 1-block llama draft sharing the target's vocabulary.")
 tiny_bad_draft = _loaded("tiny_bad_draft", "bad_draft", "A llama draft whose token texts differ from the target's.")
 tiny_eagle3 = _loaded("tiny_eagle3", "eagle3", "The EAGLE-3 drafter for the target.")
+tiny_dflash = _loaded("tiny_dflash", "dflash", "The DFlash drafter for the target.")

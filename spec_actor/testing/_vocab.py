@@ -18,6 +18,7 @@ from ._gguf import GGUFValue, GGUFValueType, array, boolean, string, u32
 BOS_ID = 0
 EOS_ID = 1
 PAD_ID = 2
+MASK_ID = 4
 _SPECIALS = ("<s>", "</s>", "<pad>", "<unk>", "<mask>")  # ids 0..4: all CONTROL
 
 # token types (llama_token_type)

@@ -47,6 +47,11 @@ What is written, and how llama.cpp loads it:
     ``eagle3.target_hidden_size = 64``. It carries its own ``token_embd`` and
     ``output``, so the drafter context also works without ``ctx_other``.
 
+``write_dflash_drafter(path, target)``
+    A ``dflash`` drafter (``fc`` + one non-causal decoder block) for the
+    draft-pair target, reading its layers 1 and 3. Its drafts are random and
+    practically always rejected. See ``_dflash.py``.
+
 Weights are float32, drawn from a fixed seed (stable per tensor name), and
 shaped so that greedy decoding is not degenerate: the residual stream is
 dominated by the token embedding, so each model behaves roughly like a fixed
@@ -67,6 +72,7 @@ from pathlib import Path
 import numpy as np
 
 from ._gguf import GGUFFile, GGUFTensorInfo, GGUFValueType, array, boolean, f32, read_gguf, u32, write_gguf
+from ._dflash import DFLASH_TARGET_LAYERS, write_dflash_drafter
 from ._hybrid import HYBRID_ARCH, write_hybrid_mtp_model
 from ._vocab import BOS_ID, EOS_ID, PAD_ID, Vocab, build_vocab, tokenizer_kv, vocab_tokens
 from ._weights import MTP_BLOCK_GAIN, SEED, Dims, Rng, attention, base_embeddings, common_kv, ffn, nextn_input, ones
@@ -81,6 +87,7 @@ __all__ = [
     "HYBRID_ARCH",
     "DRAFT_ARCH",
     "EAGLE3_TARGET_LAYERS",
+    "DFLASH_TARGET_LAYERS",
     "read_gguf",
     "write_gguf",
     "vocab_tokens",
@@ -89,6 +96,7 @@ __all__ = [
     "write_draft_pair",
     "write_incompatible_draft",
     "write_eagle3_drafter",
+    "write_dflash_drafter",
 ]
 
 
