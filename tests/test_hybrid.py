@@ -22,6 +22,7 @@ import re
 import threading
 from dataclasses import dataclass
 
+import numpy as np
 import pytest
 import trio
 from tiny_model_fixtures import hybrid_model, tiny_paths  # noqa: F401 - fixtures, found by pytest here
@@ -29,6 +30,8 @@ from tiny_model_fixtures import hybrid_model, tiny_paths  # noqa: F401 - fixture
 import spec_actor
 from spec_actor import Done, Session, Spec, Stats, StatsSnapshot, Token, open_actor
 from spec_actor.cli import main as cli_main
+from spec_actor.testing import tiny_models as tm
+from spec_actor.testing._gguf import GGUFValue
 
 # Repeats give every n-gram type something to draft (ngram-cache too).
 PROMPT = "the cat and the dog and the cat and the dog and the cat and the"
@@ -75,6 +78,19 @@ def test_hybrid_info_command_reports_recurrent_and_one_nextn_layer(tiny_paths, c
     lines = capsys.readouterr().out.splitlines()
     assert any(re.fullmatch(r"layers\s+2, embedding width 64, recurrent", line) for line in lines), lines
     assert any(re.match(r"NextN/MTP layers\s+1\b", line) for line in lines), lines
+
+
+def test_hybrid_recurrent_block_shapes_the_output(hybrid_model, tiny_paths, plain_tokens, tmp_path):  # noqa: F811
+    """Without the delta-net block's output the greedy text changes: a badly restored state would show."""
+    g = tm.read_gguf(tiny_paths.hybrid)
+    tensors = {name: g.tensor(name) for name in g.tensors}
+    tensors["blk.0.ssm_out.weight"] = np.zeros_like(tensors["blk.0.ssm_out.weight"])
+    metadata = {k: GGUFValue(v, g.metadata_types[k], g.array_types.get(k)) for k, v in g.metadata.items()}
+    without = spec_actor.load_model(tm.write_gguf(tmp_path / "no-recurrent-output.gguf", metadata, tensors))
+    with Session(without, n_ctx=N_CTX, **CTX) as session:
+        tokens = session.run(PROMPT, max_tokens=N, temp=0.0).tokens
+    differing = sum(a != b for a, b in zip(tokens, plain_tokens))
+    assert differing > N // 2, f"only {differing} of {N} tokens depend on the recurrent block"
 
 
 @pytest.mark.parametrize("n_draft", [1, 3, 6])
