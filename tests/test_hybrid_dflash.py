@@ -14,7 +14,9 @@ import pytest
 from test_hybrid import CTX, N, N_CTX, PROMPT, run_with_step_events
 from tiny_model_fixtures import tiny_dflash, tiny_paths, tiny_target  # noqa: F401 - fixtures, found by pytest here
 
-from spec_actor import Session, Spec, open_actor
+import spec_actor
+from spec_actor import Session, Spec, SpecError, open_actor
+from spec_actor.testing import tiny_models
 
 
 @pytest.fixture(scope="module")
@@ -47,3 +49,11 @@ async def test_hybrid_dflash_through_the_actor(tiny_target, tiny_dflash, target_
         snap = actor.stats()
     assert first == again == tiny_target.tokenizer.decode(target_plain_tokens)
     assert snap.requests == 2 and snap.drafts_generated > 0
+
+
+def test_hybrid_dflash_drafter_without_mask_token_is_refused(tiny_target, tiny_paths, tmp_path):
+    # llama.cpp fills the drafted block with the mask token and aborts the process without one
+    path = tiny_models.write_dflash_drafter(tmp_path / "no-mask.gguf", tiny_paths.target, mask_token=False)
+    drafter = spec_actor.load_model(path)
+    with pytest.raises(SpecError, match="no mask token"):
+        Session(tiny_target, n_ctx=N_CTX, spec=Spec("dflash", n_draft=3, draft_model=drafter), **CTX)

@@ -34,8 +34,13 @@ DFLASH_DIMS = Dims(n_embd=64, n_head=4, n_head_kv=2, n_ff=128, n_layer=1)
 _GAIN = 0.05
 
 
-def write_dflash_drafter(path: str | os.PathLike[str], target: str | os.PathLike[str] | None = None) -> Path:
-    """Write a ``dflash`` drafter for :func:`write_draft_pair`'s target (checked if given)."""
+def write_dflash_drafter(path: str | os.PathLike[str], target: str | os.PathLike[str] | None = None, *,
+                         mask_token: bool = True) -> Path:
+    """Write a ``dflash`` drafter for :func:`write_draft_pair`'s target (checked if given).
+
+    ``mask_token=False`` leaves out ``tokenizer.ggml.mask_token_id``: a damaged
+    drafter that spec_actor must refuse (llama.cpp would abort while drafting).
+    """
     d = DFLASH_DIMS
     if target is not None:
         meta = read_gguf(target).metadata
@@ -70,5 +75,6 @@ def write_dflash_drafter(path: str | os.PathLike[str], target: str | os.PathLike
         }
     )
     kv.update(tokenizer_kv(vocab))
-    kv["tokenizer.ggml.mask_token_id"] = u32(MASK_ID)
+    if mask_token:
+        kv["tokenizer.ggml.mask_token_id"] = u32(MASK_ID)
     return write_gguf(path, kv, t)
