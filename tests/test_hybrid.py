@@ -114,7 +114,11 @@ def test_hybrid_ngram_greedy_equals_plain_greedy(hybrid_model, plain_tokens, spe
     s = result.stats
     print(spec_type, s.summary())
     assert result.tokens == plain_tokens
-    assert s.drafts_accepted > 0
+    if spec_type != "ngram-cache":
+        # a partly accepted draft: the re-verify pass keeps a non-empty prefix.
+        # ngram-cache's few drafts on this random model are all wrong (0 of 16
+        # accepted, counted once each since decision 0007); the others accept some.
+        assert s.drafts_accepted > 0
     assert s.drafts_generated - s.drafts_accepted > 0, "no draft was rejected: the checkpoint was never restored"
 
 
