@@ -197,6 +197,14 @@ sa_status sa_model_get_info(const sa_model * model, sa_model_info * out);
 /* Chat template text; SA_ERR_BUFFER with *n_out = needed size if cap is too small. */
 sa_status sa_model_chat_template(const sa_model * model, char * buf, int32_t cap, int32_t * n_out);
 sa_status sa_model_meta(const sa_model * model, const char * key, char * buf, int32_t cap, int32_t * n_out);
+/* A conversation rendered by llama.cpp's llama_chat_apply_template with tmpl
+ * (a GGUF chat template or a built-in template name such as "chatml").
+ * SA_ERR_BUFFER with *n_out = needed length (without NUL) if cap is too small. */
+sa_status sa_chat_apply_template(const char * tmpl, const char * const * roles, const char * const * contents,
+                                 int32_t n_messages, int32_t add_generation_prompt, char * buf, int32_t cap,
+                                 int32_t * n_out);
+/* Names of llama.cpp's built-in chat templates, one per line. */
+sa_status sa_chat_builtin_templates(char * buf, int32_t cap, int32_t * n_out);
 
 sa_status sa_tokenize(const sa_model * model, const char * text, int32_t len, int32_t add_special,
                       int32_t parse_special, int32_t * out, int32_t cap, int32_t * n_out);
