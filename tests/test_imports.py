@@ -178,6 +178,14 @@ def test_no_module_reaches_into_another_objects_private_names():
     assert found == []
 
 
+def test_the_command_line_runs_on_the_actor_not_on_a_bare_session():
+    graph = import_graph()
+    commands = {name: deps for name, deps in graph.items() if name.startswith("spec_actor.cli")}
+    assert [name for name, deps in commands.items() if "spec_actor._session" in deps] == []
+    assert "spec_actor._actor" in commands["spec_actor.cli._generate"]
+    assert "spec_actor._actor" in commands["spec_actor.cli._bench"]
+
+
 # -- the checks check what they claim ------------------------------------------------------
 
 
