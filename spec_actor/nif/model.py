@@ -104,11 +104,6 @@ def is_eog(handle: ModelHandle, token: int) -> bool:
     return bool(lib.sa_token_is_eog(handle, token))
 
 
-def vocab_compatible(target: ModelHandle, draft: ModelHandle) -> None:
-    """Raise SpecError unless draft can draft for target."""
-    check(lib.sa_vocab_compatible(target, draft), "draft model")
-
-
 def system_info() -> str:
     """llama.cpp's backend and CPU feature summary."""
     return ffi.string(lib.sa_system_info()).decode()
