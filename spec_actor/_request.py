@@ -32,6 +32,8 @@ STARTED: list[Event] = []
 
 
 class State(enum.Enum):
+    """Where a request is in its life; it only moves forward."""
+
     NEW = "new"
     """Created by a stream, not yet submitted."""
     QUEUED = "queued"

@@ -6,13 +6,13 @@ import argparse
 import functools
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import trio
 
-from .._actor import open_actor
+from .._actor import GenerationActor, open_actor
 from .._chat import Message
 from .._errors import ConfigError
 from .._events import TERMINAL, Done, Eog, Error, Token
@@ -85,31 +85,33 @@ def run(args: argparse.Namespace) -> int:
     display = make_display(sys.stdout, sys.stderr)
     interrupts = Interrupts()
     interrupts.on_force.append(display.close)
-    run = _Run(model, spec, n_ctx, args.threads, display, n_prompt)
-    request = dict(max_tokens=args.max_tokens, sampling=sampling)
+    options = dict(max_tokens=args.max_tokens, sampling=sampling)
     if messages is not None:
-        work = functools.partial(run.chat, messages, template=args.chat_template, **request)
+        def request(actor: GenerationActor) -> EventStream:
+            return actor.chat_events(messages, template=args.chat_template, **options)
     else:
-        work = functools.partial(run.generate, prompt, **request)
+        def request(actor: GenerationActor) -> EventStream:
+            return actor.stream_events(prompt, **options)
+    job = _Job(model, spec, n_ctx, args.threads, display, n_prompt)
     try:
-        trio.run(interrupts.run, work)
+        trio.run(interrupts.run, functools.partial(job.run, request))
     finally:
         display.close()
-    if run.broken_pipe:
+    if job.broken_pipe:
         raise BrokenPipeError  # the reader went away: main() exits 141 quietly, as `yes | head` does
-    if isinstance(run.terminal, Error) and interrupts.signum is None:
-        raise CliError(f"generation failed: {one_line(run.terminal.reason)}")
+    if isinstance(job.terminal, Error) and interrupts.signum is None:
+        raise CliError(f"generation failed: {one_line(job.terminal.reason)}")
     if interrupts.signum is not None:
         outcome = "interrupted"
     else:
-        outcome = "end of generation" if isinstance(run.terminal, Eog) else "done"
-    print(f"spec-actor: {outcome} after {run.elapsed:.1f} s: {run.stats.summary()}", file=sys.stderr, flush=True)
+        outcome = "end of generation" if isinstance(job.terminal, Eog) else "done"
+    print(f"spec-actor: {outcome} after {job.elapsed:.1f} s: {job.stats.summary()}", file=sys.stderr, flush=True)
     return interrupts.exit_code if interrupts.signum is not None else 0
 
 
 @dataclass
-class _Run:
-    """One generation on an actor, streamed to the display; what it produced so far."""
+class _Job:
+    """One generation on a fresh actor, streamed to the display; what it produced so far."""
 
     model: Model
     spec: Spec
@@ -132,13 +134,10 @@ class _Run:
     def elapsed(self) -> float:
         return (self.ended or time.monotonic()) - self.started
 
-    async def generate(self, prompt: str, **options: Any) -> None:
+    async def run(self, request: Callable[[GenerationActor], EventStream]) -> None:
+        """Open the actor, make the request on it and stream its events to the display."""
         async with open_actor(self.model, spec=self.spec, n_ctx=self.n_ctx, n_threads=self.threads) as actor:
-            await self._consume(actor.stream_events(prompt, **options))
-
-    async def chat(self, messages: list[Message], **options: Any) -> None:
-        async with open_actor(self.model, spec=self.spec, n_ctx=self.n_ctx, n_threads=self.threads) as actor:
-            await self._consume(actor.chat_events(messages, **options))
+            await self._consume(request(actor))
 
     async def _consume(self, stream: EventStream) -> None:
         self.stream = stream
