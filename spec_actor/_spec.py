@@ -10,7 +10,7 @@ from ._errors import ConfigError
 from ._validate import check_float, check_int
 from .nif import schema
 
-__all__ = ["AUTO_N_DRAFT_CEILING", "SA_MAX_DRAFT_POS", "SPEC_TYPES", "Spec"]
+__all__ = ["AUTO_N_DRAFT_CEILING", "DRAFT_MODEL_TYPES", "SA_MAX_DRAFT_POS", "SPEC_TYPES", "Spec", "canonical_type"]
 
 SA_MAX_DRAFT_POS = schema.MAX_DRAFT_POS
 """The most tokens one step may draft (the native per-position stats size)."""
@@ -48,6 +48,9 @@ _DRAFTS_FULL_LENGTH = frozenset({"draft-eagle3", "draft-mtp", "draft-dflash"})
 
 SPEC_TYPES: tuple[str, ...] = tuple(_TYPES)
 """The canonical speculative type names, in llama.cpp's order."""
+
+DRAFT_MODEL_TYPES: frozenset[str] = _NEEDS_DRAFT_MODEL
+"""The types that draft with a second model and need ``draft_model``."""
 
 
 @final
@@ -189,6 +192,15 @@ class Spec:
             if value != default or type(value) is not type(default):
                 parts.append(f"{f.name}={value!r}")
         return f"Spec({', '.join(parts)})"
+
+
+def canonical_type(type_: object) -> str:
+    """llama.cpp's name of a speculative type given by any of its names or aliases.
+
+    Raises:
+        ConfigError: ``type_`` names no speculative type; the message lists them.
+    """
+    return _canonical(type_)
 
 
 def _canonical(type_: object) -> str:
