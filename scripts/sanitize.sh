@@ -63,19 +63,31 @@ fi
 
 LIBASAN=$(${CXX:-c++} -print-file-name=libasan.so)
 [ -e "$LIBASAN" ] || { echo "[sanitize] libasan.so not found ($LIBASAN)" >&2; exit 1; }
+# libstdc++ is preloaded too: ASan resolves its __cxa_throw interceptor when it
+# starts, and python does not link libstdc++, so the first C++ exception
+# (llama.cpp refusing a damaged GGUF) died in "CHECK failed ...
+# real___cxa_throw != 0" instead of reaching the shim's catch.
+LIBSTDCXX=$(${CXX:-c++} -print-file-name=libstdc++.so.6)
+[ -e "$LIBSTDCXX" ] || { echo "[sanitize] libstdc++.so.6 not found ($LIBSTDCXX)" >&2; exit 1; }
 rm -rf "$LOGS" && mkdir -p "$LOGS"
 TESTS=("$@")
 if [ ${#TESTS[@]} -eq 0 ]; then
     # Everything but the CLI/example tests (they time whole commands) and
-    # the benchmark-shaped tests; add them by naming them.
+    # the benchmark-shaped tests; add them by naming them. The two grammar
+    # fuzz properties are left out too: they allow 1 s of CPU per grammar and
+    # a 60 s hang limit, and under ASan one {2000}-repetition grammar ran over
+    # 150 s (llama.cpp's grammar expansion allocating through ASan), after
+    # which the dead worker fails every later example. Their fixed cases still run.
     TESTS=(tests -q -x -p no:cacheprovider
-           --deselect tests/test_examples.py --ignore tests/test_cli.py --ignore tests/test_examples.py)
+           --ignore tests/test_cli.py --ignore tests/test_examples.py
+           --deselect tests/test_fuzz_grammar.py::test_random_grammars_neither_crash_nor_hang
+           --deselect tests/test_fuzz_grammar.py::test_mutated_grammars_neither_crash_nor_hang)
 fi
 export ASAN_OPTIONS="detect_leaks=0:log_path=$LOGS/asan:abort_on_error=1:allocator_may_return_null=1"
 export UBSAN_OPTIONS="print_stacktrace=1:log_path=$LOGS/ubsan"
 export PYTHONMALLOC=malloc  # let ASan see Python's small allocations too
 echo "[sanitize] running pytest ${TESTS[*]}" >&2
-LD_PRELOAD="$LIBASAN" "$VENV/bin/python" -m pytest "${TESTS[@]}"
+LD_PRELOAD="$LIBASAN $LIBSTDCXX" "$VENV/bin/python" -m pytest "${TESTS[@]}"
 rc=$?
 
 reports=$(ls "$LOGS" 2>/dev/null | wc -l)
