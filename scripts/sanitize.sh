@@ -78,15 +78,13 @@ if [ ${#TESTS[@]} -eq 0 ]; then
     # a 60 s hang limit, and under ASan one {2000}-repetition grammar ran over
     # 150 s (llama.cpp's grammar expansion allocating through ASan), after
     # which the dead worker fails every later example. Their fixed cases still run.
-    # The two leak tests that bound RSS growth (64 and 24 MiB) failed under
-    # ASan with no report (test_200: 1 run of 1, the stress test: 2 of 3);
-    # likely cause: ASan holds freed memory in its quarantine (256 MiB by
-    # default) so that use-after-free is caught, and that memory stays resident.
+    # The 1,000-request stress test bounds RSS growth to 24 MiB; under ASan it
+    # grew 30.8 MiB with no report (failed 3 runs of 4): ASan holds freed memory
+    # in its quarantine (256 MiB by default) so that use-after-free is caught.
     TESTS=(tests -q -x -p no:cacheprovider
            --ignore tests/test_cli.py --ignore tests/test_examples.py
            --deselect tests/test_fuzz_grammar.py::test_random_grammars_neither_crash_nor_hang
            --deselect tests/test_fuzz_grammar.py::test_mutated_grammars_neither_crash_nor_hang
-           --deselect tests/test_actor.py::test_200_start_cancel_cycles_leak_nothing
            --deselect tests/test_hardening_stress.py::test_a_thousand_randomly_cancelled_requests_leak_nothing)
 fi
 export ASAN_OPTIONS="detect_leaks=0:log_path=$LOGS/asan:abort_on_error=1:allocator_may_return_null=1"
