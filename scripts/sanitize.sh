@@ -76,7 +76,7 @@ if [ ${#TESTS[@]} -eq 0 ]; then
     # the benchmark-shaped tests; add them by naming them. The two grammar
     # fuzz properties are left out too: they allow 1 s of CPU per grammar and
     # a 60 s hang limit, and under ASan one {2000}-repetition grammar ran over
-    # 150 s (llama.cpp's grammar expansion allocating through ASan), after
+    # 150 s (where the time goes was not profiled), after
     # which the dead worker fails every later example. Their fixed cases still run.
     # The 1,000-request stress test bounds RSS growth to 24 MiB; under ASan it
     # grew 30.8 MiB with no report (failed 3 runs of 4): ASan holds freed memory
