@@ -40,8 +40,15 @@ class RunResult:
     """Statistics of this run."""
 
 
+def _cpus() -> int:
+    """CPUs this process may run on (its affinity mask where the OS has one)."""
+    if hasattr(os, "sched_getaffinity"):
+        return max(1, len(os.sched_getaffinity(0)))
+    return max(1, os.cpu_count() or 1)
+
+
 def _threads(n: int | None) -> int:
-    return n if n is not None else max(1, os.cpu_count() or 1)
+    return n if n is not None else _cpus()
 
 
 def _kv_type(value: str | int | None, name: str) -> int:
@@ -99,7 +106,8 @@ class Session:
             n_ctx=n_ctx, n_batch=n_batch, n_ubatch=min(n_ubatch, n_batch),
             n_threads=_threads(n_threads), n_threads_batch=_threads(n_threads_batch or n_threads),
             type_k=_kv_type(type_k, "type_k"), type_v=_kv_type(type_v, "type_v"),
-            flash_attn=-1 if flash_attn is None else int(bool(flash_attn)))
+            flash_attn=-1 if flash_attn is None else int(bool(flash_attn)),
+            threads_budgeted=n_threads is None and n_threads_batch is None)
         self._decoder = BatchDecoder()
         # Per `which` (0 cumulative, 1 last run): (stats version, snapshot).
         self._snapshots: list[tuple[int, StatsSnapshot | None]] = [(-1, None), (-1, None)]
@@ -199,6 +207,15 @@ class Session:
         decoding; generation never calls it.
         """
         return _nt.top2(self._live(), list(tokens))
+
+    def threads_in_use(self) -> tuple[int, int]:
+        """Test probe: (decode, prompt-batch) compute threads the session uses now.
+
+        With default thread counts the process-wide budget lowers them while
+        other sessions generate (docs/decisions/0027). Call it from the run's
+        own event sink or between runs.
+        """
+        return _nt.threads_in_use(self._live())
 
     # -- lifetime -------------------------------------------------------------
 
