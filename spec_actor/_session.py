@@ -9,6 +9,7 @@ from typing import Any, Callable, Sequence
 from ._errors import ActorClosedError, ConfigError, PromptError
 from ._events import TERMINAL, BatchDecoder, Done, Eog, Error, Event, RawToken, Token
 from ._guards import check_token_ids
+from ._machine import usable_cpus
 from ._model import Model, load_model
 from ._sampling import Sampling
 from ._spec import Spec
@@ -40,15 +41,8 @@ class RunResult:
     """Statistics of this run."""
 
 
-def _cpus() -> int:
-    """CPUs this process may run on (its affinity mask where the OS has one)."""
-    if hasattr(os, "sched_getaffinity"):
-        return max(1, len(os.sched_getaffinity(0)))
-    return max(1, os.cpu_count() or 1)
-
-
 def _threads(n: int | None) -> int:
-    return n if n is not None else _cpus()
+    return n if n is not None else usable_cpus()
 
 
 def _kv_type(value: str | int | None, name: str) -> int:
@@ -75,6 +69,11 @@ class Session:
     so a long prompt prefill stops within milliseconds. The flag stays set
     until ``clear_cancel()``; ``run(clear_cancel=True)`` (the default)
     clears it first.
+
+    Threads: with ``n_threads`` and ``n_threads_batch`` left None a run uses
+    the CPUs the process may use, divided among the default-threaded
+    sessions generating at the same time (docs/decisions/0027); explicit
+    counts are used as given.
     """
 
     def __init__(self, model: Model, *, spec: Spec | str = "none", n_ctx: int = 4096,
