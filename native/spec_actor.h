@@ -122,6 +122,7 @@ typedef struct {
     int32_t type_k;          /* ggml_type; -1 = default (f16) */
     int32_t type_v;
     int32_t flash_attn;      /* -1 auto, 0 off, 1 on */
+    int32_t threads_budgeted;  /* 1: n_threads were defaults; share the CPUs with other such sessions while generating */
 } sa_context_params;
 
 typedef struct {
@@ -252,6 +253,10 @@ sa_status sa_testing_top2(sa_session * session, const int32_t * tokens, int32_t 
 sa_status sa_testing_poll_stats(const sa_session * session, int32_t which, uint64_t until_requests,
                                 int64_t max_polls, sa_stats * out, int32_t cap, int32_t * n_out,
                                 int64_t * n_polls);
+/* The compute threads the session's target context uses now for decode and
+ * for prompt batches (set per run by the thread budget). Call it from the
+ * run's own thread (its event callback) or between runs. */
+sa_status sa_testing_threads_in_use(const sa_session * session, int32_t * n_threads, int32_t * n_threads_batch);
 /* CDEF-END */
 
 #ifdef __cplusplus

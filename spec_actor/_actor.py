@@ -303,9 +303,11 @@ async def open_actor(model: Model, *, spec: Spec | str = "none", n_ctx: int = 40
             the native loop waits for the reader.
         context_options: n_batch, n_ubatch, n_threads, n_threads_batch,
             type_k, type_v, flash_attn (see `Session`). n_threads defaults
-            to every CPU; the session computes on its own pool of that many
-            threads, so CPU that the event loop uses meanwhile slows it down
-            (docs/decisions/0006); pass fewer where the loop is busy.
+            to every CPU the process may use, shared with the other sessions
+            generating at the same time (docs/decisions/0027); the session
+            computes on its own pool of threads, so CPU that the event loop
+            uses meanwhile slows it down (docs/decisions/0006); pass fewer
+            where the loop is busy.
 
     The session is created in a worker thread (it allocates the KV cache).
 

@@ -37,3 +37,14 @@ def poll_stats(handle: SessionHandle, which: int, *, until_requests: int, max_po
     n, polls = ffi.new("int32_t *"), ffi.new("int64_t *")
     check(lib.sa_testing_poll_stats(handle, which, until_requests, max_polls, out, cap, n, polls), "poll stats")
     return [snapshot_values(out[i]) for i in range(n[0])], polls[0]
+
+
+def threads_in_use(handle: SessionHandle) -> tuple[int, int]:
+    """(decode threads, prompt-batch threads) the session's target context uses now.
+
+    The thread budget sets them per run: call from the run's own thread (its
+    event sink) or between runs.
+    """
+    n, n_batch = ffi.new("int32_t *"), ffi.new("int32_t *")
+    check(lib.sa_testing_threads_in_use(handle, n, n_batch), "threads in use")
+    return n[0], n_batch[0]
