@@ -1,6 +1,7 @@
 // Speculative sessions: contexts, common_speculative, and the generation loop.
 #include "shim_internal.h"
 #include "adaptive.h"
+#include "auto_drafter.h"
 #include "msgpack_writer.h"
 #include "stats.h"
 
@@ -41,11 +42,19 @@ struct sa_session {
     std::atomic<bool> cancel{false};
     Stats stats;
     AdaptiveDraft adaptive;
+    // Spec("auto") (sparams.type then names the model drafter, if any).
+    std::unique_ptr<AutoDrafter> autod;
+    int32_t auto_n_cap = 0;
+    TokenMemory memory;
+    std::atomic<int64_t> memory_capacity{0};
+    std::atomic<bool> forget{false};
+    std::atomic<int64_t> memory_tokens{0}, memory_bytes{0};
     MsgpackWriter body;    // events of the current step
     MsgpackWriter batch;   // array header + body, handed to the callback
     uint32_t n_events = 0;
 
     ~sa_session() {
+        autod.reset();
         common_speculative_free(spec);  // refers to both contexts: free it first
         if (ctx_dft) llama_free(ctx_dft);
         if (ctx_tgt) llama_free(ctx_tgt);
@@ -62,8 +71,9 @@ bool abort_callback(void * data) {
 
 const char * spec_type_name(int32_t type) {
     static const char * names[] = {"none", "draft-simple", "draft-eagle3", "draft-mtp", "draft-dflash",
-                                   "ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache"};
-    return type >= 0 && type <= SA_SPEC_NGRAM_CACHE ? names[type] : "unknown";
+                                   "ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache",
+                                   "auto", "memory"};
+    return type >= 0 && type < SA_N_DRAFTERS ? names[type] : "unknown";
 }
 
 common_speculative_type to_common_type(int32_t type) {
@@ -115,8 +125,8 @@ sa_status validate_context_params(const sa_context_params & c) {
 }
 
 sa_status validate_spec_params(const sa_spec_params & s, const sa_context_params & c) {
-    if (s.type < SA_SPEC_NONE || s.type > SA_SPEC_NGRAM_CACHE) {
-        return fail(SA_ERR_INVALID_ARG, range_msg("spec type", s.type, "0..9"));
+    if (s.type < SA_SPEC_NONE || s.type > SA_SPEC_AUTO) {
+        return fail(SA_ERR_INVALID_ARG, range_msg("spec type", s.type, "0..10"));
     }
     if (s.type == SA_SPEC_NONE) return SA_OK;
     if (s.n_draft < 1 || s.n_draft > SA_MAX_DRAFT_POS) {
@@ -138,7 +148,9 @@ sa_status validate_spec_params(const sa_spec_params & s, const sa_context_params
     return SA_OK;
 }
 
-llama_context_params make_context_params(const sa_context_params & c, const sa_spec_params & s, std::atomic<bool> * cancel) {
+// n_verify: the longest draft a step verifies (auto's ceiling may exceed the model drafter's n_draft).
+llama_context_params make_context_params(const sa_context_params & c, const sa_spec_params & s, int32_t n_verify,
+                                         std::atomic<bool> * cancel) {
     llama_context_params cp = llama_context_default_params();
     cp.n_ctx = c.n_ctx;
     cp.n_batch = c.n_batch;
@@ -151,7 +163,7 @@ llama_context_params make_context_params(const sa_context_params & c, const sa_s
     cp.flash_attn_type = c.flash_attn < 0 ? LLAMA_FLASH_ATTN_TYPE_AUTO
                        : c.flash_attn == 0 ? LLAMA_FLASH_ATTN_TYPE_DISABLED : LLAMA_FLASH_ATTN_TYPE_ENABLED;
     const int32_t n_draft = s.type == SA_SPEC_NONE ? 0 : s.n_draft;
-    const auto limits = common_speculative_get_output_limits((int32_t) c.n_batch, 1, n_draft);
+    const auto limits = common_speculative_get_output_limits((int32_t) c.n_batch, 1, std::max(n_draft, n_verify));
     cp.n_outputs_max = (uint32_t) limits.total;
     cp.n_outputs_max_per_seq = (uint32_t) limits.per_seq;
     cp.n_rs_seq = needs_rollback_snapshots(s.type) ? (uint32_t) n_draft : 0;
@@ -272,6 +284,19 @@ sa_status check_draft_vocab(const sa_model * target, const sa_model * draft) {
     return SA_OK;
 }
 
+// Spec("auto"): the model drafter it may use, as a fixed type (SA_SPEC_NONE: none).
+int32_t auto_model_drafter(const sa_session & s) {
+    if (s.draft_model != nullptr) {
+        const uint32_t n_ids = llama_model_target_layer_ids_n(s.draft_model->model);
+        return n_ids == 3 ? SA_SPEC_DRAFT_EAGLE3 : n_ids > 0 ? SA_SPEC_DRAFT_DFLASH : SA_SPEC_DRAFT_SIMPLE;
+    }
+    if (s.model->load_mtp && llama_model_n_layer_nextn(s.model->model) > 0) return SA_SPEC_DRAFT_MTP;
+    return SA_SPEC_NONE;
+}
+
+// Tokens auto's model drafter drafts per step (a forward pass of the drafter each).
+constexpr int32_t kAutoModelDraft = 3;
+
 common_params_speculative make_spec_params(const sa_session & s) {
     const sa_spec_params & p = s.sparams;
     common_params_speculative ps;
@@ -316,7 +341,7 @@ sa_status create_pools(sa_session & s, const sa_context_params & c) {
 
 sa_status create_session(sa_session & s, const sa_context_params & c) {
     if (sa_status st = create_pools(s, c); st != SA_OK) return st;
-    llama_context_params cp = make_context_params(c, s.sparams, &s.cancel);
+    llama_context_params cp = make_context_params(c, s.sparams, s.auto_n_cap, &s.cancel);
     s.ctx_tgt = llama_init_from_model(s.model->model, cp);
     if (s.ctx_tgt == nullptr) {
         const std::string detail = last_native_log_error();
@@ -359,7 +384,19 @@ sa_status create_session(sa_session & s, const sa_context_params & c) {
             return fail(SA_ERR_SPEC, std::string(spec_type_name(type)) + " could not be initialised for this model");
         }
     }
-    s.stats.set_n_draft(type == SA_SPEC_NONE ? 0 : s.sparams.n_draft);
+    if (s.auto_n_cap > 0) {
+        common_params_speculative ps = make_spec_params(s);
+        ps.draft.n_max = s.auto_n_cap;
+        ps.ngram_mod.n_max = std::min(s.sparams.ngram_mod_n_max, s.auto_n_cap);
+        ps.ngram_mod.n_min = std::min(s.sparams.ngram_mod_n_min, ps.ngram_mod.n_max);
+        s.autod = std::make_unique<AutoDrafter>();
+        try {
+            s.autod->init(ps, s.spec, type, s.sparams.n_draft, &s.memory);
+        } catch (const std::exception & e) {
+            return fail(SA_ERR_SPEC, std::string("auto drafting setup failed: ") + e.what());
+        }
+    }
+    s.stats.set_n_draft(s.auto_n_cap > 0 ? s.auto_n_cap : type == SA_SPEC_NONE ? 0 : s.sparams.n_draft);
     return SA_OK;
 }
 
@@ -451,6 +488,7 @@ private:
     int64_t t_decode_start_ = 0;
     int32_t n_emitted_ = 0;
     int32_t next_stats_at_ = 0;
+    bool fresh_ = false;  // keep nothing from earlier runs (forget() or memory 0)
 
     bool cancelled() const { return s_.cancel.load(std::memory_order_relaxed); }
 
@@ -547,12 +585,18 @@ sa_status Run::execute() {
     next_stats_at_ = p_.emit_stats_every;
     clear_memory(s_.ctx_tgt);
     clear_memory(s_.ctx_dft);
+    const bool forget = s_.forget.exchange(false);
+    if (forget) s_.memory.clear();
+    s_.memory.set_capacity((size_t) s_.memory_capacity.load());
+    fresh_ = forget || s_.memory.capacity() == 0;
     llama_tokens prompt_tgt;
     prompt_tgt.reserve(llama_n_ctx(s_.ctx_tgt));
     const std::optional<sa_status> ended = prefill(prompt_tgt);
     const sa_status st = ended ? *ended : loop(prompt_tgt, p_.prompt[p_.n_prompt - 1]);
     s_.stats.set_elapsed(ggml_time_us(), t_decode_start_);
     s_.stats.end_run();
+    s_.memory_tokens.store((int64_t) s_.memory.size_tokens());
+    s_.memory_bytes.store((int64_t) s_.memory.bytes());
     return st;
 }
 
@@ -561,12 +605,13 @@ sa_status Run::loop(llama_tokens & prompt_tgt, llama_token id_last) {
     llama_memory_t mem_tgt = llama_get_memory(s.ctx_tgt);
     llama_memory_t mem_dft = s.ctx_dft ? llama_get_memory(s.ctx_dft) : nullptr;
     const int32_t n_ctx = (int32_t) llama_n_ctx(s.ctx_tgt);
-    const bool adaptive = s.spec != nullptr && s.sparams.adaptive != 0;
+    const bool adaptive = s.spec != nullptr && s.sparams.adaptive != 0 && !s.autod;
     const int32_t n_cap = s.spec ? s.sparams.n_draft : 0;
     if (adaptive) s.adaptive.reset(n_cap, uses_draft_context(s.sparams.type) ? 1 : 0);
 
     int32_t n_past = (int32_t) prompt_tgt.size();
     common_speculative_begin(s.spec, 0, prompt_tgt);
+    if (s.autod) s.autod->begin(prompt_tgt, p_.prompt, p_.n_prompt, fresh_);
     common_batch batch(s.ctx_tgt);
     llama_tokens draft;
     common_prompt_checkpoint ckpt;
@@ -578,14 +623,19 @@ sa_status Run::loop(llama_tokens & prompt_tgt, llama_token id_last) {
         int32_t n_asked = 0;
         bool drafted_now = false;
         if (draft.empty()) {
-            if (s.spec) {
+            if (s.spec || s.autod) {
                 ckpt.update_pos((int64_t) prompt_tgt.size(), llama_memory_seq_pos_min(mem_tgt, 0), llama_memory_seq_pos_max(mem_tgt, 0));
                 if (s.use_ckpt_dft) ckpt.update_dft(s.ctx_dft, 0, LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY);
-                int32_t n_max = std::min(n_ctx - n_past - 2, p_.max_tokens - n_emitted_ - 1);
-                n_max = std::min(n_max, adaptive ? s.adaptive.choose() : n_cap);
-                n_asked = std::max(n_max, 0);
+                const int32_t n_budget = std::max(std::min(n_ctx - n_past - 2, p_.max_tokens - n_emitted_ - 1), 0);
+                n_asked = s.autod ? n_budget : std::min(n_budget, adaptive ? s.adaptive.choose() : n_cap);
                 if (adaptive) s.stats.set_n_draft(n_asked);
-                if (n_asked > 0) {
+                if (s.autod) {
+                    const int64_t t0 = ggml_time_us();
+                    s.autod->draft(n_asked, n_past, id_last, prompt_tgt, draft);
+                    t_draft = ggml_time_us() - t0;
+                    s.stats.add(&Counters::t_draft_us, t_draft);
+                    s.stats.set_n_draft((int32_t) draft.size());
+                } else if (n_asked > 0) {
                     const int64_t t0 = ggml_time_us();
                     common_speculative_get_draft_params(s.spec, 0) = {
                         /* .drafting = */ true,
@@ -629,15 +679,19 @@ sa_status Run::loop(llama_tokens & prompt_tgt, llama_token id_last) {
         const int32_t n_draft = (int32_t) draft.size();
         const int64_t t_s0 = ggml_time_us();
         llama_tokens ids = common_sampler_sample_and_accept_n(smpl_.get(), s.ctx_tgt, draft);
-        s.stats.add(&Counters::t_sample_us, ggml_time_us() - t_s0);
+        const int64_t t_sample = ggml_time_us() - t_s0;
+        s.stats.add(&Counters::t_sample_us, t_sample);
         if (ids.empty()) {
             ev_error(SA_ERR_INTERNAL, "the sampler returned no token");
             flush();
             return SA_OK;
         }
         const int32_t n_accepted = (int32_t) ids.size() - 1;
+        const bool rollback = s.use_ckpt_tgt && n_accepted < n_draft;
+        if (s.autod) s.autod->observe(ids, n_draft, t_verify, t_sample, !rollback);
+        const int32_t drafter = n_draft == 0 ? SA_SPEC_NONE : s.autod ? s.autod->active() : s.sparams.type;
 
-        if (s.use_ckpt_tgt && n_accepted < n_draft) {
+        if (rollback) {
             // the target cannot drop a partial sequence: restore and re-verify the accepted prefix
             draft = std::move(ids);
             ckpt.load_tgt(s.ctx_tgt, 0, LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY);
@@ -649,14 +703,14 @@ sa_status Run::loop(llama_tokens & prompt_tgt, llama_token id_last) {
             prompt_tgt.resize((size_t) ckpt.n_tokens);
             smpl_ = std::move(smpl_save);
             n_past = (int32_t) prompt_tgt.size();
-            s.stats.add_step(n_draft, n_accepted);
+            s.stats.add_step(drafter, n_draft, n_accepted);
             continue;
         }
 
-        if (s.spec && (drafted_now || n_accepted > 0)) common_speculative_accept(s.spec, 0, (uint16_t) n_accepted);
+        if (s.spec && !s.autod && (drafted_now || n_accepted > 0)) common_speculative_accept(s.spec, 0, (uint16_t) n_accepted);
         // plain steps (nothing drafted) feed the step-cost line too
         if (adaptive && (drafted_now || n_draft == 0)) s.adaptive.observe(n_asked, n_draft, n_accepted, t_draft, t_verify);
-        s.stats.add_step(n_draft, n_accepted);
+        s.stats.add_step(drafter, n_draft, n_accepted);
         n_past += n_accepted;
 
         int terminal = -1;
@@ -722,6 +776,13 @@ sa_status sa_session_new(sa_model * model, const sa_context_params * cparams, co
         s->draft_model = sparams->draft_model;
         s->sparams = *sparams;
         s->sparams.draft_model = nullptr;
+        if (sparams->type == SA_SPEC_AUTO) {
+            s->auto_n_cap = sparams->n_draft;
+            s->sparams.type = auto_model_drafter(*s);
+            s->sparams.n_draft = std::min(kAutoModelDraft, sparams->n_draft);
+            s->sparams.n_min = 0;
+            s->sparams.adaptive = 0;
+        }
         sa_status st2 = check_spec_models(*s);
         if (st2 == SA_OK) st2 = create_session(*s, *cparams);
         if (st2 != SA_OK) return st2;
@@ -798,10 +859,43 @@ sa_status sa_session_top2(sa_session * s, const int32_t * tokens, int32_t n, int
     });
 }
 
+sa_status sa_session_set_memory(sa_session * s, int64_t capacity_tokens) {
+    if (s == nullptr) return fail(SA_ERR_INVALID_ARG, "sa_session_set_memory: null session");
+    if (capacity_tokens < 0 || capacity_tokens > ((int64_t) 1 << 30)) {
+        return fail(SA_ERR_INVALID_ARG, range_msg("memory", (double) capacity_tokens, "0..2^30 tokens"));
+    }
+    s->memory_capacity.store(capacity_tokens);
+    return SA_OK;
+}
+
+void sa_session_forget(sa_session * s) {
+    if (s) s->forget.store(true);
+}
+
+void sa_session_memory_usage(const sa_session * s, int64_t * tokens, int64_t * bytes) {
+    if (s == nullptr) return;
+    if (tokens) *tokens = s->memory_tokens.load();
+    if (bytes) *bytes = s->memory_bytes.load();
+}
+
+const char * sa_drafter_name(int32_t drafter) {
+    return drafter >= 0 && drafter < SA_N_DRAFTERS && drafter != SA_SPEC_AUTO ? spec_type_name(drafter) : "";
+}
+
 void sa_session_print_stats(const sa_session * s) {
     if (s == nullptr) return;
     print_with_log_level(3, [&] {
-        if (s->spec) {
+        if (s->autod) {
+            sa_stats snap;
+            s->stats.read(0, &snap);
+            std::fprintf(stderr, "speculative decoding: auto (drafter: steps, drafted, accepted)\n");
+            for (int32_t d = 0; d < SA_N_DRAFTERS; ++d) {
+                if (snap.drafter_steps[d] == 0) continue;
+                std::fprintf(stderr, "  %-14s %8llu %8llu %8llu\n", spec_type_name(d), (unsigned long long) snap.drafter_steps[d],
+                             (unsigned long long) snap.drafter_drafted[d], (unsigned long long) snap.drafter_accepted[d]);
+            }
+            if (s->spec) common_speculative_print_stats(s->spec);
+        } else if (s->spec) {
             common_speculative_print_stats(s->spec);
         } else {
             std::fprintf(stderr, "speculative decoding: none (plain decoding)\n");

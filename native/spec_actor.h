@@ -29,7 +29,9 @@
  *    iters, drafts_generated, drafts_accepted, tokens_emitted, prompt_tokens,
  *    n_draft, t_prefill_us, t_draft_us, t_verify_us, t_sample_us, t_total_us,
  *    ttft_us, tokens_per_sec (float), acceptance_rate (float),
- *    accepted_per_pos (array of int), drafted_per_pos (array of int)
+ *    accepted_per_pos (array of int), drafted_per_pos (array of int),
+ *    drafter (int: sa_drafter id of the latest step), drafter_steps,
+ *    drafter_drafted, drafter_accepted (arrays of SA_N_DRAFTERS ints, by drafter id)
  */
 #ifndef SPEC_ACTOR_H
 #define SPEC_ACTOR_H
@@ -79,8 +81,16 @@ typedef enum {
     SA_SPEC_NGRAM_MAP_K = 6,
     SA_SPEC_NGRAM_MAP_K4V = 7,
     SA_SPEC_NGRAM_MOD = 8,
-    SA_SPEC_NGRAM_CACHE = 9
+    SA_SPEC_NGRAM_CACHE = 9,
+    SA_SPEC_AUTO = 10          /* choose the drafter and length online (auto_drafter.h) */
 } sa_spec_type;
+
+/* Drafter ids of the per-drafter statistics: the sa_spec_type that drafted a
+ * step (SA_SPEC_NONE: a plain step), or the cross-request memory. */
+typedef enum {
+    SA_DRAFTER_MEMORY = 11,
+    SA_N_DRAFTERS = 12
+} sa_drafter;
 
 typedef struct sa_model sa_model;
 typedef struct sa_session sa_session;
@@ -180,6 +190,10 @@ typedef struct {
     double acceptance_rate;
     uint64_t accepted_per_pos[64];
     uint64_t drafted_per_pos[64];
+    int32_t drafter;         /* sa_drafter id of the latest step */
+    uint64_t drafter_steps[12];     /* per drafter id (SA_N_DRAFTERS): steps it drafted (id 0: plain steps) */
+    uint64_t drafter_drafted[12];   /* draft tokens it proposed and were verified */
+    uint64_t drafter_accepted[12];  /* of those, accepted */
 } sa_stats;
 
 /* Return 0 to continue, non-zero to stop the run (status SA_STOPPED). */
@@ -224,6 +238,15 @@ uint32_t sa_session_n_batch(const sa_session * session);
  * at the last position, with the two token ids. */
 sa_status sa_session_top2(sa_session * session, const int32_t * tokens, int32_t n,
                           int32_t * top1, int32_t * top2, float * margin);
+/* Cross-request memory of the session (Spec "auto"): capacity in tokens kept
+ * from earlier requests (0: none). Takes effect before the next run. */
+sa_status sa_session_set_memory(sa_session * session, int64_t capacity_tokens);
+/* Forget the memory's earlier requests before the next run (any thread, lock-free). */
+void sa_session_forget(sa_session * session);
+/* Tokens held by the memory and the bytes it uses (as of the last run's end). */
+void sa_session_memory_usage(const sa_session * session, int64_t * tokens, int64_t * bytes);
+/* llama.cpp's name of a drafter id ("ngram-mod", "memory", "none"); "" when unknown. */
+const char * sa_drafter_name(int32_t drafter);
 /* llama.cpp's own speculative summary (common_speculative_print_stats) to stderr. */
 void sa_session_print_stats(const sa_session * session);
 /* CDEF-END */

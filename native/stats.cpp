@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <utility>
 
 namespace sa {
 
@@ -17,6 +18,11 @@ void Counters::reset() {
     for (int i = 0; i < SA_MAX_DRAFT_POS; ++i) {
         accepted_per_pos[i].store(0, relaxed);
         drafted_per_pos[i].store(0, relaxed);
+    }
+    for (int i = 0; i < SA_N_DRAFTERS; ++i) {
+        drafter_steps[i].store(0, relaxed);
+        drafter_drafted[i].store(0, relaxed);
+        drafter_accepted[i].store(0, relaxed);
     }
 }
 
@@ -38,12 +44,25 @@ void Counters::read(sa_stats * out) const {
         out->accepted_per_pos[i] = accepted_per_pos[i].load(relaxed);
         out->drafted_per_pos[i] = drafted_per_pos[i].load(relaxed);
     }
+    for (int i = 0; i < SA_N_DRAFTERS; ++i) {
+        out->drafter_steps[i] = drafter_steps[i].load(relaxed);
+        out->drafter_drafted[i] = drafter_drafted[i].load(relaxed);
+        out->drafter_accepted[i] = drafter_accepted[i].load(relaxed);
+    }
     out->tokens_per_sec = out->t_decode_us > 0 ? 1e6 * (double) out->tokens_emitted / (double) out->t_decode_us : 0.0;
     out->acceptance_rate = out->drafts_generated > 0 ? (double) out->drafts_accepted / (double) out->drafts_generated : 0.0;
 }
 
-void Stats::add_step(int32_t n_drafted, int32_t n_accepted) {
+void Stats::add_step(int32_t drafter_id, int32_t n_drafted, int32_t n_accepted) {
     add(&Counters::iters, (uint64_t) 1);
+    if (drafter_id >= 0 && drafter_id < SA_N_DRAFTERS) {
+        for (Counters * c : {&total, &last}) {
+            bump(c->drafter_steps[drafter_id], (uint64_t) 1);
+            bump(c->drafter_drafted[drafter_id], (uint64_t) n_drafted);
+            bump(c->drafter_accepted[drafter_id], (uint64_t) n_accepted);
+        }
+        drafter.store(drafter_id, relaxed);
+    }
     add(&Counters::drafts_generated, (uint64_t) n_drafted);
     add(&Counters::drafts_accepted, (uint64_t) n_accepted);
     for (int32_t i = 0; i < std::min(n_drafted, (int32_t) SA_MAX_DRAFT_POS); ++i) {
@@ -99,6 +118,7 @@ void Stats::read(int32_t which, sa_stats * out) const {
     (which == 1 ? last : total).read(out);
     out->running = running.load(relaxed);
     out->n_draft = n_draft.load(relaxed);
+    out->drafter = drafter.load(relaxed);
     int32_t used = SA_MAX_DRAFT_POS;
     while (used > 0 && out->drafted_per_pos[used - 1] == 0 && out->accepted_per_pos[used - 1] == 0) --used;
     out->n_pos = std::max(std::clamp(out->n_draft, 0, SA_MAX_DRAFT_POS), used);
@@ -111,7 +131,7 @@ void write_stats_map(MsgpackWriter & w, const sa_stats & s) {
     for (int i = n_pos; i < SA_MAX_DRAFT_POS; ++i) {
         if (s.drafted_per_pos[i] != 0) n_pos = i + 1;
     }
-    w.map(16);
+    w.map(20);
     w.key("iters"); w.integer((int64_t) s.iters);
     w.key("drafts_generated"); w.integer((int64_t) s.drafts_generated);
     w.key("drafts_accepted"); w.integer((int64_t) s.drafts_accepted);
@@ -132,6 +152,14 @@ void write_stats_map(MsgpackWriter & w, const sa_stats & s) {
     w.key("drafted_per_pos");
     w.array((uint32_t) n_pos);
     for (int i = 0; i < n_pos; ++i) w.integer((int64_t) s.drafted_per_pos[i]);
+    w.key("drafter"); w.integer(s.drafter);
+    const std::pair<const char *, const uint64_t *> per_drafter[] = {
+        {"drafter_steps", s.drafter_steps}, {"drafter_drafted", s.drafter_drafted}, {"drafter_accepted", s.drafter_accepted}};
+    for (const auto & [key, values] : per_drafter) {
+        w.key(key);
+        w.array((uint32_t) SA_N_DRAFTERS);
+        for (int i = 0; i < SA_N_DRAFTERS; ++i) w.integer((int64_t) values[i]);
+    }
 }
 
 }  // namespace sa

@@ -17,6 +17,9 @@ struct Counters {
     std::atomic<int64_t> t_total_us{0}, t_decode_us{0}, ttft_us{0};
     std::atomic<uint64_t> accepted_per_pos[SA_MAX_DRAFT_POS] = {};
     std::atomic<uint64_t> drafted_per_pos[SA_MAX_DRAFT_POS] = {};
+    std::atomic<uint64_t> drafter_steps[SA_N_DRAFTERS] = {};
+    std::atomic<uint64_t> drafter_drafted[SA_N_DRAFTERS] = {};
+    std::atomic<uint64_t> drafter_accepted[SA_N_DRAFTERS] = {};
 
     void reset();
     void read(sa_stats * out) const;
@@ -29,6 +32,7 @@ public:
     Counters last;
     std::atomic<int32_t> running{0};
     std::atomic<int32_t> n_draft{0};
+    std::atomic<int32_t> drafter{0};
 
     template <typename T>
     void add(std::atomic<T> Counters::*field, T v) {
@@ -40,8 +44,9 @@ public:
     // Draft length in use (the current one under adaptive drafting).
     void set_n_draft(int32_t n);
 
-    // Record one verification step: draft length and accepted count.
-    void add_step(int32_t n_drafted, int32_t n_accepted);
+    // Record one verification step: the drafter (sa_drafter id; SA_SPEC_NONE
+    // for a plain step), draft length and accepted count.
+    void add_step(int32_t drafter, int32_t n_drafted, int32_t n_accepted);
 
     // Start of a run: clears `last`, remembers the cumulative bases.
     void begin_run(int64_t now_us, uint64_t n_prompt);

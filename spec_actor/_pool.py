@@ -12,8 +12,8 @@ from ._errors import ActorClosedError
 from ._model import Model
 from ._options import RequestOptions
 from ._request import Request
-from ._spec import Spec
-from ._stats import StatsSnapshot, Timings
+from ._spec import DEFAULT_SPEC, Spec
+from ._stats import DrafterStats, StatsSnapshot, Timings
 from ._validate import check_int
 from .streams import StreamSource
 
@@ -66,6 +66,11 @@ class ActorPool(StreamSource):
         """
         return sum_stats([actor.stats() for actor in self._actors])
 
+    def forget(self) -> None:
+        """Drop every actor's cross-request memory (see `GenerationActor.forget`)."""
+        for actor in self._actors:
+            actor.forget()
+
     def print_stats(self) -> None:
         """Print llama.cpp's summary for each actor to stderr."""
         for actor in self._actors:
@@ -112,11 +117,24 @@ def sum_stats(snaps: Sequence[StatsSnapshot]) -> StatsSnapshot:
         n_draft=max(s.n_draft for s in snaps), accepted_per_pos=per_pos("accepted_per_pos"),
         drafted_per_pos=per_pos("drafted_per_pos"), requests=total("requests"),
         running=any(s.running for s in snaps), decode_us=total("decode_us"),
+        drafter=max(snaps, key=lambda s: s.tokens_emitted).drafter,
+        drafters=_sum_drafters(snaps, total("tokens_emitted")),
     )  # fmt: skip
 
 
+def _sum_drafters(snaps: Sequence[StatsSnapshot], tokens: int) -> tuple[DrafterStats, ...]:
+    sums: dict[str, list[int]] = {}
+    for snap in snaps:
+        for d in snap.drafters:
+            row = sums.setdefault(d.name, [0, 0, 0])
+            row[0] += d.steps
+            row[1] += d.drafted
+            row[2] += d.accepted
+    return tuple(DrafterStats(name, n, d, a, a / tokens if tokens else 0.0) for name, (n, d, a) in sums.items())
+
+
 @asynccontextmanager
-async def open_pool(model: Model, *, size: int = 2, spec: Spec | str = "none", n_ctx: int = 4096,
+async def open_pool(model: Model, *, size: int = 2, spec: Spec | str = DEFAULT_SPEC, n_ctx: int = 4096,
                     max_queue: int = 16, stream_buffer: int = DEFAULT_STREAM_BUFFER,
                     n_threads: int | None = None, n_threads_batch: int | None = None,
                     **context_options: Any) -> AsyncIterator[ActorPool]:

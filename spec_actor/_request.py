@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 __all__ = ["EMPTY_STATS", "STARTED", "Request", "State"]
 
 EMPTY_STATS = StatsSnapshot.from_fields(
-    **{name: () if name.endswith("_per_pos") else 0 for name in NATIVE_FIELDS}
+    **{name: () if name.endswith("_per_pos") or name.startswith("drafter_") else 0 for name in NATIVE_FIELDS}
 )
 """The statistics of a request that has not run."""
 

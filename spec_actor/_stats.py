@@ -12,8 +12,9 @@ from dataclasses import dataclass
 from typing import Any, final
 
 from ._errors import EventDecodeError
+from .nif._raw import ffi, lib
 
-__all__ = ["NATIVE_FIELDS", "SA_MAX_DRAFT_POS", "StatsSnapshot", "Timings"]
+__all__ = ["DRAFTER_NAMES", "NATIVE_FIELDS", "SA_MAX_DRAFT_POS", "DrafterStats", "StatsSnapshot", "Timings"]
 
 SA_MAX_DRAFT_POS = 64
 """Length of the per-position arrays in the native ``sa_stats`` struct."""
@@ -23,9 +24,16 @@ NATIVE_FIELDS: tuple[str, ...] = (
     "prompt_tokens", "requests", "t_prefill_us", "t_draft_us", "t_verify_us",
     "t_sample_us", "t_total_us", "t_decode_us", "ttft_us", "n_draft", "n_pos",
     "running", "tokens_per_sec", "acceptance_rate", "accepted_per_pos",
-    "drafted_per_pos",
+    "drafted_per_pos", "drafter", "drafter_steps", "drafter_drafted", "drafter_accepted",
 )  # fmt: skip
 """The ``sa_stats`` field names, which are the keyword names of `StatsSnapshot.from_fields`."""
+
+DRAFTER_NAMES: tuple[str, ...] = tuple(
+    ffi.string(lib.sa_drafter_name(i)).decode() for i in range(lib.SA_N_DRAFTERS)
+)
+"""Drafter names by native drafter id: llama.cpp's speculative type names
+(``"none"`` counts plain steps) and ``"memory"``, the cross-request memory;
+the id of ``auto`` itself has the name ``""``."""
 
 # Stats map keys of the event schema: key -> accepted value types.
 _INT = (int,)
@@ -43,6 +51,10 @@ _OPTIONAL: dict[str, tuple[tuple[type, ...], object]] = {
     "requests": (_INT, 0),
     "running": ((bool, int), False),
     "t_decode_us": (_INT, 0),
+    "drafter": (_INT, 0),
+    "drafter_steps": ((list,), ()),
+    "drafter_drafted": ((list,), ()),
+    "drafter_accepted": ((list,), ()),
 }
 
 
@@ -61,6 +73,29 @@ class Timings:
     """Sampling and accepting tokens."""
     total: int
     """The whole run, prefill included."""
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class DrafterStats:
+    """What one drafter contributed (see `StatsSnapshot.drafters`)."""
+
+    name: str
+    """The drafter: a speculative type name (``"ngram-mod"``, ``"draft-mtp"``, ...),
+    ``"memory"`` (the cross-request memory) or ``"none"`` (plain steps)."""
+    steps: int
+    """Loop steps whose draft came from this drafter."""
+    drafted: int
+    """Draft tokens it proposed that were verified."""
+    accepted: int
+    """Of those, accepted by the target."""
+    share: float
+    """Its accepted tokens as a share of all tokens emitted (0.0 to 1.0)."""
+
+    @property
+    def acceptance_rate(self) -> float:
+        """``accepted / drafted`` (0.0 when nothing was drafted)."""
+        return self.accepted / self.drafted if self.drafted else 0.0
 
 
 @final
@@ -103,6 +138,13 @@ class StatsSnapshot:
     """Whether a run was in progress when the snapshot was taken."""
     decode_us: int = 0
     """Wall time since the first token, in microseconds, live while running."""
+    drafter: str = "none"
+    """The drafter of the latest step (``"none"``: it drafted nothing); under
+    ``Spec("auto")`` it follows the online choice."""
+    drafters: tuple[DrafterStats, ...] = ()
+    """Per drafter that ran a step, in native id order: steps, drafted,
+    accepted and share of the tokens. Under ``Spec("auto")`` it shows what
+    the choice settled on."""
 
     @classmethod
     def from_fields(
@@ -128,6 +170,10 @@ class StatsSnapshot:
         running: bool | int = False,
         t_decode_us: int = 0,
         n_pos: int | None = None,
+        drafter: int = 0,
+        drafter_steps: Iterable[int] = (),
+        drafter_drafted: Iterable[int] = (),
+        drafter_accepted: Iterable[int] = (),
     ) -> StatsSnapshot:
         """Build a snapshot from values named as in the native ``sa_stats`` struct.
 
@@ -159,6 +205,8 @@ class StatsSnapshot:
             requests=requests,
             running=bool(running),
             decode_us=t_decode_us,
+            drafter=drafter_name(drafter),
+            drafters=drafter_table(drafter_steps, drafter_drafted, drafter_accepted, tokens_emitted),
         )
 
     @classmethod
@@ -189,12 +237,12 @@ class StatsSnapshot:
                 _check_type(key, kw[key], types)
             else:
                 kw[key] = default
-        for key in ("accepted_per_pos", "drafted_per_pos"):
+        for key, most in (("accepted_per_pos", SA_MAX_DRAFT_POS), ("drafted_per_pos", SA_MAX_DRAFT_POS),
+                          ("drafter_steps", len(DRAFTER_NAMES)), ("drafter_drafted", len(DRAFTER_NAMES)),
+                          ("drafter_accepted", len(DRAFTER_NAMES))):
             values = kw[key]
-            if len(values) > SA_MAX_DRAFT_POS or any(type(v) is not int for v in values):
-                raise EventDecodeError(
-                    f"stats map: {key} must be a list of at most {SA_MAX_DRAFT_POS} ints, found {values!r}"
-                )
+            if len(values) > most or any(type(v) is not int for v in values):
+                raise EventDecodeError(f"stats map: {key} must be a list of at most {most} ints, found {values!r}")
         return cls.from_fields(**kw)
 
     @property
@@ -205,8 +253,14 @@ class StatsSnapshot:
         """
         return self.tokens_emitted / self.iters if self.iters else 0.0
 
+    def drafter_summary(self) -> str:
+        """Per drafter, ``name steps/accepted (share)``, most tokens first; "" if none drafted."""
+        rows = sorted((d for d in self.drafters if d.name != "none"), key=lambda d: -d.accepted)
+        return ", ".join(f"{d.name} {d.steps} steps {d.accepted}/{d.drafted} ({d.share:.0%})" for d in rows)
+
     def summary(self) -> str:
         """Return a one-line, human-readable summary."""
+        drafters = self.drafter_summary()
         return (
             f"{self.tokens_emitted} tokens at {self.tokens_per_sec:.1f} tok/s, "
             f"{self.iters} steps ({self.mean_accepted_per_step:.2f} tokens/step), "
@@ -214,6 +268,7 @@ class StatsSnapshot:
             f"({self.acceptance_rate:.1%}), n_draft {self.n_draft}, "
             f"prompt {self.prompt_tokens} tokens in {self.timing_us.prefill / 1000:.1f} ms, "
             f"ttft {self.ttft_us / 1000:.1f} ms"
+            + (f"; drafters: {drafters}" if drafters else "")
         )
 
 
@@ -240,3 +295,18 @@ def _used_len(values: tuple[int, ...]) -> int:
 
 def _fit(values: tuple[int, ...], n: int) -> tuple[int, ...]:
     return values[:n] if len(values) >= n else values + (0,) * (n - len(values))
+
+
+def drafter_name(drafter: int) -> str:
+    """The name of a native drafter id ("none" for an unknown one)."""
+    return DRAFTER_NAMES[drafter] if 0 <= drafter < len(DRAFTER_NAMES) and DRAFTER_NAMES[drafter] else "none"
+
+
+def drafter_table(steps: Iterable[int], drafted: Iterable[int], accepted: Iterable[int],
+                  tokens_emitted: int) -> tuple[DrafterStats, ...]:
+    """`DrafterStats` of each drafter id with steps, from the native per-id arrays."""
+    return tuple(
+        DrafterStats(DRAFTER_NAMES[i], n, d, a, a / tokens_emitted if tokens_emitted else 0.0)
+        for i, (n, d, a) in enumerate(zip(steps, drafted, accepted))
+        if n and i < len(DRAFTER_NAMES)
+    )

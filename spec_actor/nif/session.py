@@ -6,7 +6,7 @@ from typing import Any, Callable
 
 from .._sampling import Sampling
 from .._spec import Spec
-from .._stats import StatsSnapshot, Timings
+from .._stats import StatsSnapshot, Timings, drafter_name, drafter_table
 from ._check import check
 from ._raw import ffi, lib
 
@@ -104,7 +104,8 @@ def stats(handle: SessionHandle, which: int) -> StatsSnapshot:
         s.iters, s.drafts_generated, s.drafts_accepted, s.acceptance_rate, s.tokens_emitted,
         s.tokens_per_sec, Timings(s.t_prefill_us, s.t_draft_us, s.t_verify_us, s.t_sample_us, s.t_total_us),
         s.ttft_us, s.prompt_tokens, s.n_draft, tuple(ffi.unpack(s.accepted_per_pos, n)),
-        tuple(ffi.unpack(s.drafted_per_pos, n)), s.requests, bool(s.running), s.t_decode_us)
+        tuple(ffi.unpack(s.drafted_per_pos, n)), s.requests, bool(s.running), s.t_decode_us,
+        drafter_name(s.drafter), drafter_table(s.drafter_steps, s.drafter_drafted, s.drafter_accepted, s.tokens_emitted))
 
 
 def stats_version(handle: SessionHandle) -> int:
@@ -126,6 +127,23 @@ def top2(handle: SessionHandle, tokens: list[int]) -> tuple[int, int, float]:
     a, b, m = ffi.new("int32_t *"), ffi.new("int32_t *"), ffi.new("float *")
     check(lib.sa_session_top2(handle, buf, len(tokens), a, b, m), "top-2 probe")
     return a[0], b[0], m[0]
+
+
+def set_memory(handle: SessionHandle, tokens: int) -> None:
+    """Set the cross-request memory's capacity in tokens (0: none) for the next run."""
+    check(lib.sa_session_set_memory(handle, tokens), "set memory")
+
+
+def forget(handle: SessionHandle) -> None:
+    """Drop the cross-request memory before the next run (any thread, lock-free)."""
+    lib.sa_session_forget(handle)
+
+
+def memory_usage(handle: SessionHandle) -> tuple[int, int]:
+    """(tokens, bytes) the cross-request memory held at the end of the last run."""
+    tokens, nbytes = ffi.new("int64_t *"), ffi.new("int64_t *")
+    lib.sa_session_memory_usage(handle, tokens, nbytes)
+    return tokens[0], nbytes[0]
 
 
 def print_stats(handle: SessionHandle) -> None:
