@@ -211,13 +211,20 @@ sa_status sa_model_get_info(const sa_model * model, sa_model_info * out);
 /* Chat template text; SA_ERR_BUFFER with *n_out = needed size if cap is too small. */
 sa_status sa_model_chat_template(const sa_model * model, char * buf, int32_t cap, int32_t * n_out);
 sa_status sa_model_meta(const sa_model * model, const char * key, char * buf, int32_t cap, int32_t * n_out);
+/* A conversation rendered by llama.cpp's llama_chat_apply_template with tmpl
+ * (a GGUF chat template or a built-in template name such as "chatml").
+ * SA_ERR_BUFFER with *n_out = needed length (without NUL) if cap is too small. */
+sa_status sa_chat_apply_template(const char * tmpl, const char * const * roles, const char * const * contents,
+                                 int32_t n_messages, int32_t add_generation_prompt, char * buf, int32_t cap,
+                                 int32_t * n_out);
+/* Names of llama.cpp's built-in chat templates, one per line. */
+sa_status sa_chat_builtin_templates(char * buf, int32_t cap, int32_t * n_out);
 
 sa_status sa_tokenize(const sa_model * model, const char * text, int32_t len, int32_t add_special,
                       int32_t parse_special, int32_t * out, int32_t cap, int32_t * n_out);
 sa_status sa_token_piece(const sa_model * model, int32_t token, int32_t special,
                          char * buf, int32_t cap, int32_t * n_out);
 int32_t sa_token_is_eog(const sa_model * model, int32_t token);
-sa_status sa_vocab_compatible(const sa_model * target, const sa_model * draft);
 
 sa_status sa_session_new(sa_model * model, const sa_context_params * cparams,
                          const sa_spec_params * sparams, sa_session ** out);
@@ -226,18 +233,12 @@ sa_status sa_session_run(sa_session * session, const sa_run_params * params,
                          sa_event_cb cb, void * user);
 void sa_session_cancel(sa_session * session);
 void sa_session_clear_cancel(sa_session * session);
-int32_t sa_session_cancel_requested(const sa_session * session);
 /* which: 0 cumulative for the session, 1 the last (or current) run. */
 void sa_session_stats(const sa_session * session, int32_t which, sa_stats * out);
 /* Changes whenever any statistic does; equal values mean equal snapshots. */
 uint64_t sa_session_stats_version(const sa_session * session);
 uint32_t sa_session_n_ctx(const sa_session * session);
 uint32_t sa_session_n_batch(const sa_session * session);
-/* Logits of the last run's first divergence probe: top-2 margin at a position.
- * Runs a plain forward pass over tokens and reports logit(top1) - logit(top2)
- * at the last position, with the two token ids. */
-sa_status sa_session_top2(sa_session * session, const int32_t * tokens, int32_t n,
-                          int32_t * top1, int32_t * top2, float * margin);
 /* Cross-request memory of the session (Spec "auto"): capacity in tokens kept
  * from earlier requests (0: none). Takes effect before the next run. */
 sa_status sa_session_set_memory(sa_session * session, int64_t capacity_tokens);
@@ -249,6 +250,13 @@ void sa_session_memory_usage(const sa_session * session, int64_t * tokens, int64
 const char * sa_drafter_name(int32_t drafter);
 /* llama.cpp's own speculative summary (common_speculative_print_stats) to stderr. */
 void sa_session_print_stats(const sa_session * session);
+
+/* TESTING: probes for the test suite and benchmarks, not for generation.
+ * sa_testing_top2 runs a plain forward pass over tokens (clearing the
+ * session's memory before and after) and reports the two most likely next
+ * tokens and logit(top1) - logit(top2). */
+sa_status sa_testing_top2(sa_session * session, const int32_t * tokens, int32_t n,
+                          int32_t * top1, int32_t * top2, float * margin);
 /* CDEF-END */
 
 #ifdef __cplusplus

@@ -79,6 +79,11 @@ class GenerationActor(StreamSource):
         return self._session
 
     @property
+    def model(self) -> Model:
+        """The model the actor's session runs."""
+        return self._session.model
+
+    @property
     def spec(self) -> Spec:
         """The speculative decoding settings."""
         return self._session.spec

@@ -6,8 +6,10 @@ import functools
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from collections.abc import Sequence
 from typing import Any
 
+from ._chat import Message, choose_template, render_chat
 from ._errors import ModelLoadError, ModelMissingError
 from ._tokenizer import Tokenizer
 from .nif import model as _nm
@@ -99,6 +101,36 @@ class Model:
     def chat_template(self) -> str:
         """The model's chat template text, or '' if it has none."""
         return _nm.chat_template(self.handle)
+
+    def apply_chat_template(self, messages: Sequence[Message], *, template: str | None = None,
+                            add_generation_prompt: bool = True) -> str:
+        """Format ``messages`` as a prompt with the model's own chat template.
+
+        ``messages`` is a list of ``{"role": ..., "content": ...}`` dicts;
+        llama.cpp's ``llama_chat_apply_template`` renders them, ending with the
+        opening of the assistant's turn when ``add_generation_prompt``.
+        ``template`` overrides the GGUF's template (a template text or a
+        built-in name such as ``"chatml"``). A GGUF without a template (the
+        embedded Gemma has none) gets llama.cpp's built-in template of its
+        family (``gemma3`` -> ``gemma``), as `chat_template_name` says.
+        Tokenize the result with ``parse_special=True``, as
+        `GenerationActor.chat` does.
+
+        Raises:
+            ConfigError: the model has no chat template and none was given, or
+                llama.cpp does not support the template.
+            PromptError: a message is malformed.
+        """
+        return render_chat(self.chat_template_name(template), messages, add_generation_prompt=add_generation_prompt)
+
+    def chat_template_name(self, template: str | None = None) -> str:
+        """The chat template `apply_chat_template` uses: ``template``, else the GGUF's own, else its family's.
+
+        Raises:
+            ConfigError: the model has no template, llama.cpp has no built-in
+                one for its architecture, and ``template`` is None.
+        """
+        return choose_template(self.chat_template(), self.info.arch, template, self.path)
 
     def meta(self, key: str) -> str:
         """One GGUF metadata value as text (e.g. ``general.name``)."""

@@ -49,6 +49,11 @@ class ActorPool(StreamSource):
         return self._actors
 
     @property
+    def model(self) -> Model:
+        """The model every actor of the pool runs."""
+        return self._actors[0].model
+
+    @property
     def size(self) -> int:
         return len(self._actors)
 

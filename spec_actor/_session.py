@@ -14,6 +14,7 @@ from ._spec import DEFAULT_SPEC, Spec
 from ._stats import StatsSnapshot
 from ._utf8 import Utf8Stream
 from .nif import session as _ns
+from .nif import testing as _nt
 
 # ggml type ids accepted for the KV cache (type_k / type_v).
 KV_TYPES = {"f32": 0, "f16": 1, "q4_0": 2, "q4_1": 3, "q5_0": 6, "q5_1": 7, "q8_0": 8, "bf16": 30}
@@ -209,8 +210,13 @@ class Session:
         _ns.print_stats(self._handle)
 
     def top2(self, tokens: Sequence[int]) -> tuple[int, int, float]:
-        """(top-1, top-2, logit margin) of the next token after tokens (plain pass)."""
-        return _ns.top2(self._handle, list(tokens))
+        """Test probe: (top-1, top-2, logit margin) of the next token after tokens.
+
+        Runs a plain forward pass outside any run (not while ``run`` is in
+        progress). For tests and benchmarks that judge near-ties of greedy
+        decoding; generation never calls it.
+        """
+        return _nt.top2(self._handle, list(tokens))
 
     # -- lifetime -------------------------------------------------------------
 

@@ -36,21 +36,35 @@ def info(handle: ModelHandle) -> dict[str, Any]:
     return result
 
 
-def _string_out(fn: Any, *args: Any) -> str:
+def _string_out(fn: Any, *args: Any, what: str = "model metadata") -> str:
     n = ffi.new("int32_t *")
     status = fn(*args, ffi.NULL, 0, n)
     if status == lib.SA_OK:
         return ""
     if status != lib.SA_ERR_BUFFER:
-        check(status, "model metadata")
+        check(status, what)
     buf = ffi.new("char[]", n[0] + 1)
-    check(fn(*args, buf, n[0] + 1, n), "model metadata")
+    check(fn(*args, buf, n[0] + 1, n), what)
     return ffi.string(buf, n[0]).decode("utf-8", "replace")
 
 
 def chat_template(handle: ModelHandle) -> str:
     """The model's chat template, or '' if it has none."""
     return _string_out(lib.sa_model_chat_template, handle)
+
+
+def apply_chat_template(template: str, messages: list[tuple[str, str]], *, add_generation_prompt: bool) -> str:
+    """``messages`` ((role, content) pairs) rendered by llama.cpp with ``template``."""
+    keep = [(ffi.new("char[]", role.encode()), ffi.new("char[]", content.encode())) for role, content in messages]
+    roles = ffi.new("const char *[]", [r for r, _ in keep] or [ffi.NULL])
+    contents = ffi.new("const char *[]", [c for _, c in keep] or [ffi.NULL])
+    return _string_out(lib.sa_chat_apply_template, template.encode(), roles, contents, len(keep),
+                       add_generation_prompt, what="chat template")
+
+
+def builtin_chat_templates() -> tuple[str, ...]:
+    """Names of llama.cpp's built-in chat templates (``"chatml"``, ``"gemma"``, ...)."""
+    return tuple(_string_out(lib.sa_chat_builtin_templates, what="chat template names").split("\n"))
 
 
 def meta(handle: ModelHandle, key: str) -> str:
@@ -88,11 +102,6 @@ def token_piece(handle: ModelHandle, token: int, *, special: bool = False) -> by
 def is_eog(handle: ModelHandle, token: int) -> bool:
     """Whether token ends generation (EOS, EOT, ...)."""
     return bool(lib.sa_token_is_eog(handle, token))
-
-
-def vocab_compatible(target: ModelHandle, draft: ModelHandle) -> None:
-    """Raise SpecError unless draft can draft for target."""
-    check(lib.sa_vocab_compatible(target, draft), "draft model")
 
 
 def system_info() -> str:

@@ -121,14 +121,6 @@ def n_batch(handle: SessionHandle) -> int:
     return lib.sa_session_n_batch(handle)
 
 
-def top2(handle: SessionHandle, tokens: list[int]) -> tuple[int, int, float]:
-    """(top-1 id, top-2 id, logit margin) after a plain forward pass over tokens."""
-    buf = ffi.new("int32_t[]", tokens)
-    a, b, m = ffi.new("int32_t *"), ffi.new("int32_t *"), ffi.new("float *")
-    check(lib.sa_session_top2(handle, buf, len(tokens), a, b, m), "top-2 probe")
-    return a[0], b[0], m[0]
-
-
 def set_memory(handle: SessionHandle, tokens: int) -> None:
     """Set the cross-request memory's capacity in tokens (0: none) for the next run."""
     check(lib.sa_session_set_memory(handle, tokens), "set memory")

@@ -7,6 +7,8 @@ from typing import Any
 
 import trio
 
+from .._chat import Message
+from .._model import Model
 from .._options import RequestOptions
 from .._request import Request
 from ._event_stream import EventStream
@@ -83,6 +85,47 @@ class StreamSource:
         """
         async with self.stream(prompt, **options) as text:
             return "".join([piece async for piece in text])
+
+    def chat_events(self, messages: Sequence[Message], *, template: str | None = None,
+                    **options: Any) -> EventStream:
+        """Return the event stream of a new chat request: the reply to ``messages``.
+
+        ``messages`` is a list of ``{"role": ..., "content": ...}`` dicts,
+        formatted with the model's own chat template by llama.cpp (see
+        `Model.apply_chat_template`; ``template`` overrides it) and ending
+        with the opening of the assistant's turn. Takes the options of
+        `stream_events`; special tokens in the formatted prompt are parsed
+        (``parse_special=True``) unless the options say otherwise. The reply
+        ends at the model's end-of-turn token (an ``Eog`` event).
+
+        Raises:
+            ConfigError: the model has no chat template and none was given, or
+                llama.cpp does not support the template; or an option is bad.
+            PromptError: a message is malformed, or the conversation does not
+                fit the context.
+            ActorClosedError: the actor (or pool) is closed.
+        """
+        prompt = self.model.apply_chat_template(messages, template=template)
+        options.setdefault("parse_special", True)
+        return self.stream_events(prompt, **options)
+
+    def chat_stream(self, messages: Sequence[Message], *, template: str | None = None,
+                    **options: Any) -> TextStream:
+        """Return the text stream of a chat request (see `chat_events`)."""
+        return TextStream(self.chat_events(messages, template=template, **options))
+
+    async def chat(self, messages: Sequence[Message], *, template: str | None = None, **options: Any) -> str:
+        """Generate and return the whole reply to ``messages`` (see `chat_events`).
+
+        Raises and cancels as `generate` does.
+        """
+        async with self.chat_stream(messages, template=template, **options) as text:
+            return "".join([piece async for piece in text])
+
+    @property
+    def model(self) -> Model:
+        """The model the requests run on."""
+        raise NotImplementedError
 
     def _check_prompt(self, prompt: str | Sequence[int], options: RequestOptions) -> list[int]:
         raise NotImplementedError

@@ -1,0 +1,23 @@
+// Checks made before anything reaches llama.cpp, whose GGML_ASSERTs would end
+// the process: parameter ranges, prompts, and whether the models can draft.
+#pragma once
+
+#include "spec_actor.h"
+
+struct sa_session;
+struct sa_model;
+
+namespace sa {
+
+sa_status validate_context_params(const sa_context_params & c);
+sa_status validate_spec_params(const sa_spec_params & s, const sa_context_params & c);
+
+// Whether the target and draft models can run the speculative type
+// (MTP layers loaded, a compatible draft vocabulary, an EAGLE-3/DFlash drafter
+// made for this target). draft may be null.
+sa_status check_spec_models(int32_t type, const sa_model & target, const sa_model * draft);
+
+// The prompt, budget and sampling parameters of one run on a session.
+sa_status validate_run(const sa_session & s, const sa_run_params & p);
+
+}  // namespace sa

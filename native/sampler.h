@@ -1,0 +1,15 @@
+// The target's sampler for one run: llama.cpp's common_sampler with our
+// sampling parameters and optional GBNF grammar.
+#pragma once
+
+#include "shim_internal.h"
+
+#include "sampling.h"
+
+namespace sa {
+
+// A new sampler, or null with *st set to a failed status (a grammar that does
+// not parse gives SA_ERR_GRAMMAR) and the message recorded.
+common_sampler * make_sampler(const sa_model & m, const sa_sampling_params & sp, sa_status * st);
+
+}  // namespace sa

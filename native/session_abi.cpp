@@ -1,0 +1,88 @@
+// The C ABI of sessions: create, run, cancel, statistics (see spec_actor.h).
+#include "checks.h"
+#include "generation.h"
+#include "sampler.h"
+#include "session.h"
+
+#include "common.h"
+
+#include <cstdio>
+#include <memory>
+
+using namespace sa;
+
+extern "C" {
+
+sa_status sa_session_new(sa_model * model, const sa_context_params * cparams, const sa_spec_params * sparams, sa_session ** out) {
+    if (model == nullptr || cparams == nullptr || sparams == nullptr || out == nullptr) {
+        return fail(SA_ERR_INVALID_ARG, "sa_session_new: null argument");
+    }
+    *out = nullptr;
+    if (model->vocab_only) return fail(SA_ERR_INVALID_ARG, "the model was loaded with vocab_only=True; it can tokenize but not generate");
+    sa_status st = validate_context_params(*cparams);
+    if (st == SA_OK) st = validate_spec_params(*sparams, *cparams);
+    if (st != SA_OK) return st;
+    return guarded("creating session", [&]() -> sa_status {
+        auto s = std::make_unique<sa_session>();
+        s->model = model;
+        s->draft_model = sparams->draft_model;
+        s->sparams = *sparams;
+        s->sparams.draft_model = nullptr;
+        resolve_auto(*s);
+        sa_status st2 = check_spec_models(s->sparams.type, *model, s->draft_model);
+        if (st2 == SA_OK) st2 = create_session(*s, *cparams);
+        if (st2 != SA_OK) return st2;
+        *out = s.release();
+        return SA_OK;
+    });
+}
+
+void sa_session_free(sa_session * session) { delete session; }
+
+sa_status sa_session_run(sa_session * s, const sa_run_params * params, sa_event_cb cb, void * user) {
+    if (s == nullptr || params == nullptr) return fail(SA_ERR_INVALID_ARG, "sa_session_run: null argument");
+    sa_status st = validate_run(*s, *params);
+    if (st != SA_OK) return st;
+    if (s->cancelled()) return SA_CANCELLED;
+    return guarded("generation", [&]() -> sa_status {
+        sa_status sst = SA_OK;
+        common_sampler * smpl = make_sampler(*s->model, params->sampling, &sst);
+        if (smpl == nullptr) return sst;
+        return run_generation(*s, *params, smpl, cb, user);
+    });
+}
+
+void sa_session_cancel(sa_session * s) {
+    if (s) s->cancel.store(true, std::memory_order_relaxed);
+}
+
+void sa_session_clear_cancel(sa_session * s) {
+    if (s) s->cancel.store(false, std::memory_order_relaxed);
+}
+
+void sa_session_stats(const sa_session * s, int32_t which, sa_stats * out) {
+    if (s == nullptr || out == nullptr) return;
+    s->stats.read(which, out);
+}
+
+uint64_t sa_session_stats_version(const sa_session * s) { return s ? s->stats.version() : 0; }
+
+uint32_t sa_session_n_ctx(const sa_session * s) { return s ? llama_n_ctx(s->ctx_tgt) : 0; }
+
+uint32_t sa_session_n_batch(const sa_session * s) { return s ? llama_n_batch(s->ctx_tgt) : 0; }
+
+void sa_session_print_stats(const sa_session * s) {
+    if (s == nullptr) return;
+    print_with_log_level(3, [&] {
+        if (s->autod) {
+            print_auto_stats(*s);
+        } else if (s->spec) {
+            common_speculative_print_stats(s->spec);
+        } else {
+            std::fprintf(stderr, "speculative decoding: none (plain decoding)\n");
+        }
+        common_perf_print(s->ctx_tgt, nullptr);
+    });
+}
+
+}  // extern "C"

@@ -1,0 +1,189 @@
+// Session setup: thread pools, target and draft contexts, common_speculative.
+#include "session.h"
+
+#include "common.h"
+
+#include <algorithm>
+#include <string>
+
+namespace sa {
+
+namespace {
+
+bool abort_callback(void * data) {
+    return static_cast<std::atomic<bool> *>(data)->load(std::memory_order_relaxed);
+}
+
+// Drafters that keep recurrent state across a draft and need llama.cpp's
+// rollback snapshots (n_rs_seq) on the target.
+bool needs_rollback_snapshots(int32_t type) {
+    return type == SA_SPEC_DRAFT_EAGLE3 || type == SA_SPEC_DRAFT_MTP || type == SA_SPEC_DRAFT_DFLASH;
+}
+
+// n_verify: the longest draft a step verifies (auto's ceiling may exceed its model drafter's n_draft).
+llama_context_params make_context_params(const sa_context_params & c, const sa_spec_params & s, int32_t n_verify,
+                                         std::atomic<bool> * cancel) {
+    llama_context_params cp = llama_context_default_params();
+    cp.n_ctx = c.n_ctx;
+    cp.n_batch = c.n_batch;
+    cp.n_ubatch = c.n_ubatch;
+    cp.n_seq_max = 1;
+    cp.n_threads = c.n_threads;
+    cp.n_threads_batch = c.n_threads_batch;
+    if (c.type_k >= 0) cp.type_k = (ggml_type) c.type_k;
+    if (c.type_v >= 0) cp.type_v = (ggml_type) c.type_v;
+    cp.flash_attn_type = c.flash_attn < 0 ? LLAMA_FLASH_ATTN_TYPE_AUTO
+                       : c.flash_attn == 0 ? LLAMA_FLASH_ATTN_TYPE_DISABLED : LLAMA_FLASH_ATTN_TYPE_ENABLED;
+    const int32_t n_draft = s.type == SA_SPEC_NONE ? 0 : s.n_draft;
+    const auto limits = common_speculative_get_output_limits((int32_t) c.n_batch, 1, std::max(n_draft, n_verify));
+    cp.n_outputs_max = (uint32_t) limits.total;
+    cp.n_outputs_max_per_seq = (uint32_t) limits.per_seq;
+    cp.n_rs_seq = needs_rollback_snapshots(s.type) ? (uint32_t) n_draft : 0;
+    cp.abort_callback = abort_callback;
+    cp.abort_callback_data = cancel;
+    cp.no_perf = false;
+    return cp;
+}
+
+}  // namespace
+
+common_params_speculative make_spec_params(const sa_session & s) {
+    const sa_spec_params & p = s.sparams;
+    common_params_speculative ps;
+    ps.types = {to_common_type(p.type)};
+    ps.draft.n_max = p.n_draft;
+    ps.draft.n_min = p.n_min;
+    ps.draft.p_min = p.p_min;
+    ps.draft.p_split = p.p_split;
+    ps.draft.ctx_tgt = s.ctx_tgt;
+    ps.draft.ctx_dft = s.ctx_dft;
+    const common_params_speculative_ngram_map map{(uint16_t) p.ngram_size_n, (uint16_t) p.ngram_size_m, (uint16_t) p.ngram_min_hits};
+    ps.ngram_simple = map;
+    ps.ngram_map_k = map;
+    ps.ngram_map_k4v = map;
+    ps.ngram_mod.n_match = p.ngram_mod_n_match;
+    ps.ngram_mod.n_max = std::min(p.ngram_mod_n_max, p.n_draft);
+    ps.ngram_mod.n_min = std::min(p.ngram_mod_n_min, ps.ngram_mod.n_max);
+    return ps;
+}
+
+namespace {
+
+ggml_threadpool * new_pool(int32_t n_threads) {
+    ggml_threadpool_params tp = ggml_threadpool_params_default(n_threads);
+    // Sleep as soon as a graph is done. ggml's default (poll 50) spins
+    // ~6.5 million pause rounds first, a core for a few hundred ms after every
+    // request, which slowed the next session to start by 2x (decision 0006).
+    tp.poll = 0;
+    return ggml_threadpool_new(&tp);
+}
+
+// Every context of the session computes on the session's pools, whichever
+// thread calls into it.
+sa_status create_pools(sa_session & s, const sa_context_params & c) {
+    const bool own_batch_pool = c.n_threads_batch != c.n_threads;
+    s.pool = new_pool(c.n_threads);
+    if (own_batch_pool) s.pool_batch = new_pool(c.n_threads_batch);
+    if (s.pool == nullptr || (own_batch_pool && s.pool_batch == nullptr)) {
+        return fail(SA_ERR_CONTEXT, "could not start " + std::to_string(std::max(c.n_threads, c.n_threads_batch)) +
+                    " compute threads; pass a smaller n_threads / n_threads_batch");
+    }
+    return SA_OK;
+}
+
+sa_status create_draft_context(sa_session & s, const llama_context_params & cp) {
+    const int32_t type = s.sparams.type;
+    llama_context_params dp = cp;
+    dp.ctx_type = type == SA_SPEC_DRAFT_MTP ? LLAMA_CONTEXT_TYPE_MTP : LLAMA_CONTEXT_TYPE_DEFAULT;
+    dp.n_ctx = llama_n_ctx(s.ctx_tgt);
+    dp.n_rs_seq = 0;
+    dp.ctx_other = s.ctx_tgt;
+    dp.type_k = GGML_TYPE_F16;
+    dp.type_v = GGML_TYPE_F16;
+    const uint32_t per_seq = type == SA_SPEC_DRAFT_DFLASH ? (uint32_t) s.sparams.n_draft + 1 : 1;
+    dp.n_outputs_max = per_seq;
+    dp.n_outputs_max_per_seq = per_seq;
+    const llama_model * dm = type == SA_SPEC_DRAFT_MTP ? s.model->model : s.draft_model->model;
+    s.ctx_dft = llama_init_from_model(const_cast<llama_model *>(dm), dp);
+    if (s.ctx_dft == nullptr) {
+        const std::string detail = last_native_log_error();
+        return fail(SA_ERR_SPEC, "could not create the " + spec_type_name(type) + " draft context" +
+                    (detail.empty() ? "" : ": " + detail));
+    }
+    return SA_OK;
+}
+
+sa_status create_speculative(sa_session & s) {
+    const int32_t type = s.sparams.type;
+    common_params_speculative ps = make_spec_params(s);
+    try {
+        s.spec = common_speculative_init(ps, 1);
+    } catch (const std::exception & e) {
+        return fail(SA_ERR_SPEC, spec_type_name(type) + " setup failed: " + e.what());
+    }
+    if (s.spec == nullptr) {
+        return fail(SA_ERR_SPEC, spec_type_name(type) + " could not be initialised for this model");
+    }
+    return SA_OK;
+}
+
+}  // namespace
+
+common_speculative_type to_common_type(int32_t type) {
+    switch (type) {
+        case SA_SPEC_DRAFT_SIMPLE:  return COMMON_SPECULATIVE_TYPE_DRAFT_SIMPLE;
+        case SA_SPEC_DRAFT_EAGLE3:  return COMMON_SPECULATIVE_TYPE_DRAFT_EAGLE3;
+        case SA_SPEC_DRAFT_MTP:     return COMMON_SPECULATIVE_TYPE_DRAFT_MTP;
+        case SA_SPEC_DRAFT_DFLASH:  return COMMON_SPECULATIVE_TYPE_DRAFT_DFLASH;
+        case SA_SPEC_NGRAM_SIMPLE:  return COMMON_SPECULATIVE_TYPE_NGRAM_SIMPLE;
+        case SA_SPEC_NGRAM_MAP_K:   return COMMON_SPECULATIVE_TYPE_NGRAM_MAP_K;
+        case SA_SPEC_NGRAM_MAP_K4V: return COMMON_SPECULATIVE_TYPE_NGRAM_MAP_K4V;
+        case SA_SPEC_NGRAM_MOD:     return COMMON_SPECULATIVE_TYPE_NGRAM_MOD;
+        case SA_SPEC_NGRAM_CACHE:   return COMMON_SPECULATIVE_TYPE_NGRAM_CACHE;
+        default:                    return COMMON_SPECULATIVE_TYPE_NONE;
+    }
+}
+
+std::string spec_type_name(int32_t type) { return common_speculative_type_to_str(to_common_type(type)); }
+
+bool uses_draft_context(int32_t type) {
+    return type == SA_SPEC_DRAFT_SIMPLE || type == SA_SPEC_DRAFT_EAGLE3 || type == SA_SPEC_DRAFT_MTP ||
+           type == SA_SPEC_DRAFT_DFLASH;
+}
+
+sa_status create_session(sa_session & s, const sa_context_params & c) {
+    if (sa_status st = create_pools(s, c); st != SA_OK) return st;
+    const llama_context_params cp = make_context_params(c, s.sparams, s.auto_n_cap, &s.cancel);
+    s.ctx_tgt = llama_init_from_model(s.model->model, cp);
+    if (s.ctx_tgt == nullptr) {
+        const std::string detail = last_native_log_error();
+        return fail(SA_ERR_CONTEXT, "could not create a context (n_ctx=" + std::to_string(c.n_ctx) +
+                    "); try a smaller n_ctx or n_batch" + (detail.empty() ? "" : ": " + detail));
+    }
+    const int32_t type = s.sparams.type;
+    if (uses_draft_context(type)) {
+        if (sa_status st = create_draft_context(s, cp); st != SA_OK) return st;
+    }
+    for (llama_context * ctx : {s.ctx_tgt, s.ctx_dft}) {
+        if (ctx) llama_attach_threadpool(ctx, s.pool, s.pool_batch);
+    }
+    s.use_ckpt_tgt = common_context_can_seq_rm(s.ctx_tgt) == COMMON_CONTEXT_SEQ_RM_TYPE_FULL;
+    s.use_ckpt_dft = s.ctx_dft && common_context_can_seq_rm(s.ctx_dft) == COMMON_CONTEXT_SEQ_RM_TYPE_FULL;
+    if (type != SA_SPEC_NONE) {
+        if (sa_status st = create_speculative(s); st != SA_OK) return st;
+    }
+    if (s.auto_n_cap > 0) {
+        if (sa_status st = create_auto_drafter(s); st != SA_OK) return st;
+    }
+    s.stats.set_n_draft(s.auto_n_cap > 0 ? s.auto_n_cap : type == SA_SPEC_NONE ? 0 : s.sparams.n_draft);
+    return SA_OK;
+}
+
+void clear_memory(llama_context * ctx) {
+    if (ctx == nullptr) return;
+    llama_memory_t mem = llama_get_memory(ctx);
+    if (mem != nullptr) llama_memory_clear(mem, true);
+}
+
+}  // namespace sa
+

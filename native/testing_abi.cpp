@@ -1,0 +1,48 @@
+// Test probes: ABI calls that the test suite and benchmarks use to inspect a
+// session. Not part of generation; declared in the TESTING section of
+// spec_actor.h.
+#include "session.h"
+
+#include "common.h"
+
+#include <utility>
+
+using namespace sa;
+
+extern "C" {
+
+sa_status sa_testing_top2(sa_session * s, const int32_t * tokens, int32_t n, int32_t * top1, int32_t * top2, float * margin) {
+    if (s == nullptr || tokens == nullptr || top1 == nullptr || top2 == nullptr || margin == nullptr) {
+        return fail(SA_ERR_INVALID_ARG, "sa_testing_top2: null argument");
+    }
+    if (n < 1 || (uint32_t) n >= llama_n_ctx(s->ctx_tgt) || n > (int32_t) llama_n_batch(s->ctx_tgt)) {
+        return fail(SA_ERR_PROMPT, "sa_testing_top2: need 1..min(n_ctx-1, n_batch) tokens");
+    }
+    const int32_t n_vocab = llama_vocab_n_tokens(llama_model_get_vocab(s->model->model));
+    for (int32_t i = 0; i < n; ++i) {
+        if (tokens[i] < 0 || tokens[i] >= n_vocab) {
+            return fail(SA_ERR_PROMPT, "sa_testing_top2: token " + std::to_string(tokens[i]) + " is outside the vocabulary");
+        }
+    }
+    return guarded("top-2 probe", [&]() -> sa_status {
+        clear_memory(s->ctx_tgt);
+        common_batch batch(s->ctx_tgt);
+        for (int32_t i = 0; i < n; ++i) batch.add(tokens[i], i, 0, i == n - 1);
+        const int32_t ret = llama_process(s->ctx_tgt, LLAMA_PROCESS_TYPE_DECODE, batch.get());
+        if (ret != 0) return fail(SA_ERR_DECODE, "top-2 probe decode failed: " + std::to_string(ret));
+        const float * logits = llama_get_logits_ith(s->ctx_tgt, -1);
+        int32_t a = 0, b = 1;
+        if (logits[b] > logits[a]) std::swap(a, b);
+        for (int32_t i = 2; i < n_vocab; ++i) {
+            if (logits[i] > logits[a]) { b = a; a = i; }
+            else if (logits[i] > logits[b]) { b = i; }
+        }
+        *top1 = a;
+        *top2 = b;
+        *margin = logits[a] - logits[b];
+        clear_memory(s->ctx_tgt);
+        return SA_OK;
+    });
+}
+
+}  // extern "C"
