@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from .._model import Model, load_model
-from .._spec import _NEEDS_DRAFT_MODEL, SA_MAX_DRAFT_POS, Spec, _canonical
+from .._spec import _NEEDS_DRAFT_MODEL, _TAKES_DRAFT_MODEL, SA_MAX_DRAFT_POS, Spec, _canonical
 
 PROG = "spec-actor"
 
@@ -114,10 +114,10 @@ def make_spec(type_: str, n_draft: int | str | None, draft_model: str | None,
     needs_draft = name in _NEEDS_DRAFT_MODEL
     if needs_draft and draft_model is None:
         raise CliError(f"--spec {name} drafts with a second model: pass --draft-model PATH", exit_code=2)
-    if draft_model is not None and not needs_draft:
-        raise CliError(f"--draft-model is used only by {', '.join(sorted(_NEEDS_DRAFT_MODEL))}, "
+    if draft_model is not None and name not in _TAKES_DRAFT_MODEL:
+        raise CliError(f"--draft-model is used only by {', '.join(sorted(_TAKES_DRAFT_MODEL))}, "
                        f"not by {name}", exit_code=2)
-    draft = _existing(draft_model, "draft model") if needs_draft else None
+    draft = _existing(draft_model, "draft model") if draft_model is not None else None
     return Spec(name, n_draft=n_draft, draft_model=draft, **dict(params))
 
 
