@@ -289,7 +289,7 @@ async def open_actor(model: Model, *, spec: Spec | str = DEFAULT_SPEC, n_ctx: in
             the native loop waits for the reader.
         context_options: memory, n_batch, n_ubatch, n_threads, n_threads_batch,
             type_k, type_v, flash_attn (see `Session`). ``memory`` (tokens,
-            default 65536, about 1 MB; 0: off) is what ``"auto"`` keeps of
+            default 65536, about 2 MB; 0: off) is what ``"auto"`` keeps of
             earlier prompts and outputs to draft from: a request that
             repeats an earlier one runs faster, a timing side channel. With
             mutually untrusted users on one actor pass ``memory=0`` or call
