@@ -1,6 +1,6 @@
 """Benchmark Spec("auto") against plain decoding and every fixed n-gram type, side by side.
 
-    python bench/bench_auto.py [--reps N] [--tokens N] [--threads N] [--check]
+    python bench/bench_auto.py [--reps N] [--tokens N] [--threads N] [--only W ...] [--modes M ...] [--check]
 
 One process, the embedded Gemma 3 270M Q4_K_M. Modes: plain; ngram-simple,
 ngram-map-k, ngram-map-k4v, ngram-mod and ngram-cache at n_draft 8 and 16;
@@ -57,7 +57,10 @@ MODES: dict[str, Spec] = {
     **{f"{t} {n}": Spec(t, n_draft=n) for t in NGRAM_TYPES for n in (8, 16)},
     "auto": Spec("auto"),
 }
-FIXED = tuple(m for m in MODES if m not in ("plain", "auto"))
+
+
+def fixed_modes() -> tuple[str, ...]:
+    return tuple(m for m in MODES if m not in ("plain", "auto"))
 # (name, prompt file, sampling); "story sampled" reuses story.txt
 SUITE = (
     ("copy_edit", "copy_edit.txt", GREEDY),
@@ -138,7 +141,7 @@ def table(works: list[Workload]) -> None:
     for w in works:
         c = w.cells
         plain = c["plain"].median
-        best = max(FIXED, key=lambda m: c[m].median)
+        best = max(fixed_modes(), key=lambda m: c[m].median)
         auto = c["auto"]
         assert auto.last is not None
         print(f"| {w.name} | {plain:.1f} | {best} | {c[best].median / plain:.2f}× | {auto.median / plain:.2f}× | "
@@ -161,10 +164,10 @@ def targets(works: list[Workload]) -> bool:
         checks.append((f"{w.name}: auto / plain", c["auto"].median / c["plain"].median, 0.98))
     for w in suite:
         c = w.cells
-        best = max(FIXED, key=lambda m: c[m].median)
+        best = max(fixed_modes(), key=lambda m: c[m].median)
         checks.append((f"{w.name}: auto / best fixed ({best})", c["auto"].median / c[best].median, 0.95))
-    ratio = {m: geomean([w.cells[m].median / w.cells["plain"].median for w in suite]) for m in (*FIXED, "auto")}
-    best_single = max(FIXED, key=lambda m: ratio[m])
+    ratio = {m: geomean([w.cells[m].median / w.cells["plain"].median for w in suite]) for m in (*fixed_modes(), "auto")}
+    best_single = max(fixed_modes(), key=lambda m: ratio[m])
     checks.append((f"suite geomean: auto / best single fixed ({best_single}, {ratio[best_single]:.2f}× plain)",
                    ratio["auto"] / ratio[best_single], 1.1))
     chain = by_name[CHAIN].cells
@@ -188,10 +191,17 @@ def main() -> int:
     parser.add_argument("--tokens", type=int, default=160, help="tokens per request")
     parser.add_argument("--threads", type=int, default=None, help="CPU threads (default: all cores)")
     parser.add_argument("--only", nargs="*", help="run only these workloads (names as in the table)")
+    parser.add_argument("--modes", nargs="*", help="run only these modes (plain and auto are always run)")
     parser.add_argument("--check", action="store_true", help="exit 1 if a target is not met")
     args = parser.parse_args()
     if args.reps < 1:
         parser.error("--reps must be at least 1")
+    if args.modes:
+        unknown = set(args.modes) - set(MODES)
+        if unknown:
+            parser.error(f"unknown mode(s) {sorted(unknown)}; modes: {', '.join(MODES)}")
+        for mode in [m for m in MODES if m not in (*args.modes, "plain", "auto")]:
+            del MODES[mode]
     model = load_model()
     works = [Workload(name, ((PROMPTS / file).read_text(),), sampling) for name, file, sampling in SUITE]
     works.append(Workload(CHAIN, chain_prompts(model, args.tokens, args.threads), GREEDY))
@@ -204,7 +214,7 @@ def main() -> int:
     print(f"\nGemma 3 270M Q4_K_M, {args.tokens} tokens per request, median of {args.reps} runs after a warm-up, "
           f"{os.cpu_count()} CPUs, load average {load_before:.2f} before and {load_after:.2f} after\n")
     table(works)
-    ok = targets(works) if not args.only else True
+    ok = targets(works) if not args.only and not args.modes else True
     return 0 if ok or not args.check else 1
 
 

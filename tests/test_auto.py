@@ -9,6 +9,7 @@ at a logit near-tie, which `assert_same_or_near_tie` allows.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -142,49 +143,79 @@ def test_mtp_is_chosen_when_it_is_the_only_model_drafter(mtp_model, mtp_model_wi
 # On Gemma, verifying a draft costs little more than a plain step, so auto
 # drafts whatever it expects to be accepted. (On the tiny models a drafted
 # token costs about as much as a plain step, and auto rightly drafts little.)
+# Gemma's greedy output may part between runs at a logit near-tie (batched
+# verification rounds differently), so runs are compared over the tokens they
+# share: the loop steps each needed to produce them (one event batch per step).
 
-REQUEST = "Write a Python function that returns the n-th Fibonacci number, with a docstring."
+REQUEST = "Count from 1 to 100, separated by commas: 1, 2, 3,"
 N_GEMMA = 48
+
+
+@dataclass
+class Steps:
+    tokens: tuple[int, ...]
+    made: list[int]  # tokens made so far, after each loop step
+    result: spec_actor.RunResult
+
+    def to_make(self, n: int) -> int:
+        """Loop steps it took to make the first n tokens."""
+        return next(i + 1 for i, k in enumerate(self.made) if k >= n)
+
+
+def run_counting_steps(session: Session) -> Steps:
+    made: list[int] = []
+
+    def on_events(events: list) -> None:
+        made.append((made[-1] if made else 0) + sum(isinstance(ev, spec_actor.Token) for ev in events))
+
+    result = greedy(session, REQUEST, N_GEMMA, on_events=on_events)
+    return Steps(result.tokens, made, result)
+
+
+def shared(*runs: Steps) -> int:
+    """Tokens at the start that all runs share (at least 12, or the comparison says little)."""
+    n = min(len(r.tokens) for r in runs)
+    while any(r.tokens[:n] != runs[0].tokens[:n] for r in runs):
+        n -= 1
+    assert n >= 12, [r.result.text for r in runs]
+    return n
 
 
 def test_memory_makes_a_repeated_request_take_fewer_steps(gemma):
     with Session(gemma, spec="auto", n_ctx=512) as session:
-        first, second = (greedy(session, REQUEST, N_GEMMA) for _ in range(2))
-    assert second.tokens == first.tokens
-    assert second.stats.mean_accepted_per_step >= max(3.0, 2 * first.stats.mean_accepted_per_step), (
-        first.stats.summary(), second.stats.summary())
+        first, second = run_counting_steps(session), run_counting_steps(session)
+    n = shared(first, second)
+    assert second.to_make(n) * 2 <= first.to_make(n), (first.made, second.made)
     # the drafters that keep what they saw across requests (the memory, and
-    # ngram-mod's and ngram-cache's tables) drafted most of the repeat
-    remembering = sum(accepted_by(second, name) for name in ("memory", "ngram-mod", "ngram-cache"))
-    assert remembering >= 0.5 * N_GEMMA, second.stats.summary()
+    # ngram-mod's and ngram-cache's tables) drafted in the repeat
+    assert sum(accepted_by(second.result, name) for name in ("memory", "ngram-mod", "ngram-cache")) >= n // 2
 
 
 def test_forget_drops_the_memory(gemma):
     with Session(gemma, spec="auto", n_ctx=512) as session:
-        greedy(session, REQUEST, N_GEMMA)
+        run_counting_steps(session)
         one_request = session.memory_usage()[0]
-        second = greedy(session, REQUEST, N_GEMMA)
+        second = run_counting_steps(session)
         assert session.memory_usage()[0] >= 2 * one_request - 8
         session.forget()
-        after = greedy(session, REQUEST, N_GEMMA)
+        after = run_counting_steps(session)
         assert session.memory_usage()[0] <= one_request + 8  # the current request only
     # ngram-mod's and ngram-cache's tables, which outlive a request too, are forgotten with it
-    assert after.stats.mean_accepted_per_step < second.stats.mean_accepted_per_step / 2, (
-        second.stats.summary(), after.stats.summary())
+    n = shared(second, after)
+    assert after.to_make(n) >= 2 * second.to_make(n), (second.made, after.made)
 
 
 def test_memory_zero_keeps_nothing_across_requests(gemma):
     with Session(gemma, spec="auto", n_ctx=512) as remembering:
-        greedy(remembering, REQUEST, N_GEMMA)
-        remembered = greedy(remembering, REQUEST, N_GEMMA)
+        run_counting_steps(remembering)
+        remembered = run_counting_steps(remembering)
     with Session(gemma, spec="auto", memory=0, n_ctx=512) as session:
-        first = greedy(session, REQUEST, N_GEMMA)
+        run_counting_steps(session)
         one_request = session.memory_usage()[0]
-        second = greedy(session, REQUEST, N_GEMMA)
+        second = run_counting_steps(session)
         assert session.memory_usage()[0] <= one_request + 8
-    assert second.tokens == first.tokens == remembered.tokens
-    assert second.stats.mean_accepted_per_step < remembered.stats.mean_accepted_per_step / 2, (
-        second.stats.summary(), remembered.stats.summary())
+    n = shared(remembered, second)
+    assert second.to_make(n) >= 2 * remembered.to_make(n), (remembered.made, second.made)
 
 
 def test_memory_usage_is_bounded_by_its_capacity(tiny_target):
