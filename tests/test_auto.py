@@ -254,3 +254,28 @@ def test_print_stats_lists_the_drafters_under_auto(tiny_target, capfd):
         session.print_stats()
     err = capfd.readouterr().err
     assert "speculative decoding: auto" in err and "memory" in err
+
+
+def test_spec_actor_bench_labels_auto_with_its_main_drafter():
+    from spec_actor.cli._bench import Cell, render_table
+
+    names = spec_actor._stats.DRAFTER_NAMES
+    steps = [0] * len(names)
+    drafted, accepted = list(steps), list(steps)
+    for name, n, d, a in (("none", 10, 0, 0), ("ngram-mod", 5, 20, 12), ("memory", 4, 30, 28)):
+        i = names.index(name)
+        steps[i], drafted[i], accepted[i] = n, d, a
+    snap = spec_actor.StatsSnapshot.from_fields(
+        iters=19, drafts_generated=50, drafts_accepted=40, tokens_emitted=59, prompt_tokens=5, t_prefill_us=1,
+        t_draft_us=1, t_verify_us=1, t_sample_us=1, t_total_us=1, ttft_us=1, n_draft=32, tokens_per_sec=10.0,
+        acceptance_rate=0.8, accepted_per_pos=[], drafted_per_pos=[], drafter=names.index("memory"),
+        drafter_steps=steps, drafter_drafted=drafted, drafter_accepted=accepted)
+    assert snap.drafter == "memory"
+    assert [(d.name, d.steps, d.accepted) for d in snap.drafters] == [("none", 10, 0), ("ngram-mod", 5, 12),
+                                                                      ("memory", 4, 28)]
+    assert snap.drafters[2].share == pytest.approx(28 / 59)
+    meta = {"settings": {"max_tokens": 1, "repeats": 1, "warmup": 0, "threads": 1},
+            "model": {"name": "m", "path": "p", "description": "d"},
+            "machine": {"cpu": "c", "cpu_count": 1, "system": "s"}, "spec_actor_version": "0"}
+    table = render_table([Cell("copy", "auto", Spec("auto"), [snap])], meta, markdown=True)
+    assert "| copy | auto (memory) | 32 |" in table

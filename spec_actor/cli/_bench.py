@@ -204,6 +204,15 @@ def _machine() -> dict[str, Any]:
             "python": platform.python_version()}
 
 
+def _type_label(cell: Cell) -> str:
+    """The type; for auto also the drafter that supplied most tokens in the last run."""
+    if not cell.spec.is_auto or not cell.samples:
+        return cell.spec.type
+    drafters = [d for d in cell.samples[-1].drafters if d.name != "none"]
+    top = max(drafters, key=lambda d: d.accepted).name if drafters else "none"
+    return f"auto ({top})"
+
+
 def _plain(cells: list[Cell], prompt: str) -> Cell | None:
     return next((c for c in cells if c.prompt == prompt and c.spec.type == "none"), None)
 
@@ -228,6 +237,7 @@ def to_json(cells: list[Cell], meta: dict[str, Any]) -> dict[str, Any]:
             "iters": [s.iters for s in cell.samples],
             "prompt_tokens": cell.samples[0].prompt_tokens,
             "ttft_ms": [s.ttft_us / 1000 for s in cell.samples],
+            "drafters": cell.samples[-1].drafter_summary(),
         })
     return {"schema": JSON_SCHEMA, **meta, "results": results}
 
@@ -248,7 +258,7 @@ def render_table(cells: list[Cell], meta: dict[str, Any], *, markdown: bool = Fa
         plain = _plain(cells, cell.prompt)
         ratio = f"{cell.median_tps / plain.median_tps:.2f}x" if plain and plain.median_tps else "-"
         accepted = f"{cell.acceptance:.1%}" if cell.acceptance is not None else "-"
-        rows.append((cell.prompt, cell.spec.type, str(cell.spec.n_draft) if cell.spec.type != "none" else "-",
+        rows.append((cell.prompt, _type_label(cell), str(cell.spec.n_draft) if cell.spec.type != "none" else "-",
                      f"{cell.median_tps:.1f}", ratio, accepted, f"{cell.tokens_per_step:.2f}"))
     if markdown:
         lines = [f"{line}  " if line else line for line in lines]
