@@ -239,7 +239,7 @@ async def test_actor_stats_events_and_pool_forget_show_the_drafters(gemma):
                 stats_events = [ev async for ev in events if isinstance(ev, Stats)]
         pool.forget()
         snap = pool.stats()
-    last = stats_events[-1].stats
+    last = stats_events[-1].snapshot
     assert last.drafters and sum(d.steps for d in last.drafters) == last.iters
     assert sum(d.accepted for d in last.drafters) == last.drafts_accepted
     assert last.drafter in {d.name for d in last.drafters}
