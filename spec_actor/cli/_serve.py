@@ -1,0 +1,111 @@
+"""``spec-actor serve``: the OpenAI-compatible HTTP server, until Ctrl-C or SIGTERM."""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import os
+import signal
+import sys
+
+from .._errors import ConfigError
+from .._pool import open_pool
+from .._spec import SPEC_TYPES, Spec
+from ._common import (CliError, add_draft_options, add_model_options, make_spec, n_draft_arg, open_model,
+                      positive_int)
+
+DEFAULT_PORT = 8080
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "serve", help="serve the model over HTTP with OpenAI's API",
+        description="Serve the model with an OpenAI-compatible HTTP API: POST /v1/completions and "
+                    "/v1/chat/completions (streamed or whole), GET /v1/models, /health and /metrics "
+                    "(Prometheus). A client that hangs up cancels its generation. Ctrl-C or SIGTERM stops "
+                    "accepting, ends the running streams and exits; a second one exits at once. "
+                    "Needs the serve extra: pip install 'spec_actor[serve]'.")
+    add_model_options(p)
+    p.add_argument("-s", "--spec", default=None, metavar="TYPE",
+                   help=f"speculative type: {', '.join(SPEC_TYPES)} or an alias (default: the library's "
+                        f"default, {_default_spec_type()!r}; draft-simple with --draft-model)")
+    p.add_argument("-d", "--n-draft", type=n_draft_arg, metavar="N|auto",
+                   help="most tokens drafted per step, or auto (default: the type's)")
+    add_draft_options(p)
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
+    p.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port to listen on, 0 for any free one "
+                                                                    f"(default: {DEFAULT_PORT})")
+    p.add_argument("--pool", type=positive_int, default=1, metavar="N",
+                   help="actors, so requests served at once; each has its own context (default: 1)")
+    p.add_argument("--api-key", metavar="KEY",
+                   help="require `Authorization: Bearer KEY` on /v1/* (default: the SPEC_ACTOR_API_KEY "
+                        "environment variable, or no key)")
+    p.add_argument("-c", "--n-ctx", type=positive_int, default=4096, metavar="N",
+                   help="context size of each actor in tokens (default: 4096)")
+    p.add_argument("-t", "--threads", type=positive_int, metavar="N",
+                   help="CPU threads of each actor (default: the cores divided by --pool)")
+    p.add_argument("--max-queue", type=positive_int, default=16, metavar="N",
+                   help="requests that may wait per actor before the server answers 429 (default: 16)")
+    p.add_argument("--max-body", type=positive_int, default=1 << 20, metavar="BYTES",
+                   help="largest request body; larger ones get a 413 (default: 1048576)")
+    p.add_argument("--model-name", metavar="NAME",
+                   help="the model id clients see (default: the GGUF file name without .gguf)")
+    p.set_defaults(handler=run)
+
+
+def _default_spec() -> Spec | str:
+    return inspect.signature(open_pool).parameters["spec"].default
+
+
+def _default_spec_type() -> str:
+    default = _default_spec()
+    return default if isinstance(default, str) else default.type
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        import trio
+
+        from ..serve import open_server
+    except ImportError as exc:
+        raise CliError(f"spec-actor serve needs the serve extra ({exc.name} is missing): "
+                       "pip install 'spec_actor[serve]'") from None
+    spec = _spec(args)
+    model = open_model(args, mtp=spec is not None and spec.is_mtp)
+    api_key = args.api_key or _env_key()
+    options = {"n_threads": args.threads} if args.threads else {}
+
+    async def serve() -> int:
+        async with open_server(model, host=args.host, port=args.port, pool=args.pool, spec=spec, api_key=api_key,
+                               n_ctx=args.n_ctx, max_queue=args.max_queue, max_body=args.max_body,
+                               model_name=args.model_name, **options) as server:
+            with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+                print(f"spec-actor: serving {server.state.model_name} on {server.url} "
+                      f"(spec {server.pool.actors[0].spec.type}, pool {args.pool}, n_ctx {args.n_ctx}); "
+                      "Ctrl-C to stop", file=sys.stderr, flush=True)
+                async for signum in signals:
+                    print(f"spec-actor: {signal.Signals(signum).name}: stopping", file=sys.stderr, flush=True)
+                    break
+            # Leaving the receiver restores the default handlers: a second Ctrl-C interrupts the shutdown.
+        print("spec-actor: stopped", file=sys.stderr, flush=True)
+        return 0
+
+    try:
+        return trio.run(serve)
+    except OSError as exc:
+        raise CliError(f"cannot serve on {args.host}:{args.port}: {exc.strerror or exc}") from None
+
+
+def _spec(args: argparse.Namespace) -> Spec | None:
+    """The --spec options as a Spec; None for the library's default."""
+    if args.spec is None and args.draft_model is None and args.n_draft is None and not args.spec_param:
+        return None
+    spec_type = args.spec or ("draft-simple" if args.draft_model else _default_spec_type())
+    try:
+        return make_spec(spec_type, args.n_draft, args.draft_model, args.spec_param)
+    except ConfigError as exc:
+        raise CliError(f"argument --spec: {exc.message}", exit_code=2) from None
+
+
+def _env_key() -> str | None:
+    return os.environ.get("SPEC_ACTOR_API_KEY") or None

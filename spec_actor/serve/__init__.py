@@ -1,0 +1,16 @@
+"""``spec-actor serve``: an OpenAI-compatible HTTP server over an actor pool, on trio.
+
+`open_server` serves a loaded model with ``POST /v1/completions``,
+``POST /v1/chat/completions`` (streamed as server-sent events or whole),
+``GET /v1/models``, ``GET /health`` and ``GET /metrics`` (Prometheus). It
+runs hypercorn's trio worker; a client that hangs up cancels its
+generation, prompt prefill included. Needs the ``serve`` extra
+(``pip install 'spec_actor[serve]'``).
+"""
+
+from ._app import ServerState
+from ._errors import ApiError
+from ._generation import Cancellation
+from ._server import DEFAULT_MAX_BODY, Server, open_server
+
+__all__ = ["DEFAULT_MAX_BODY", "ApiError", "Cancellation", "Server", "ServerState", "open_server"]

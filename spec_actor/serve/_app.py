@@ -1,0 +1,135 @@
+"""The ASGI application: routes, the API key, and the state the request handlers share."""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+import trio
+
+from .._pool import ActorPool
+from ._errors import ApiError, shutting_down
+from ._generation import Cancellation, answer
+from ._http import Exchange, HungUp, Receive, Scope, Send
+from ._metrics import CONTENT_TYPE, ServerMetrics
+from ._params import parse_chat, parse_completion
+
+__all__ = ["App", "ServerState"]
+
+
+@dataclass(slots=True)
+class ServerState:
+    """What every request handler of one server shares."""
+
+    pool: ActorPool
+    """The actors that run the generations."""
+    model_name: str
+    """The model's id in responses and in ``/v1/models``."""
+    metrics: ServerMetrics
+    """The Prometheus registry."""
+    api_key: str | None = None
+    """The key clients must send as ``Authorization: Bearer KEY`` to ``/v1/*``; None: no key."""
+    max_body: int = 1 << 20
+    """Largest request body in bytes; a larger one is a 413."""
+    stopping: trio.Event = field(default_factory=trio.Event)
+    """Set when the server starts shutting down: requests end, new ones get a 503."""
+    cancellations: deque[Cancellation] = field(default_factory=lambda: deque(maxlen=256))
+    """The latest requests ended early, newest last (for tests and benchmarks)."""
+    created: int = field(default_factory=lambda: int(time.time()))
+    """When the server started (Unix time), the models' ``created``."""
+
+
+class App:
+    """The OpenAI-compatible ASGI application over one pool.
+
+    Routes: ``POST /v1/completions``, ``POST /v1/chat/completions``,
+    ``GET /v1/models`` (these three need the API key when one is set),
+    ``GET /health`` and ``GET /metrics``.
+    """
+
+    def __init__(self, state: ServerState) -> None:
+        self.state = state
+        self._routes = {
+            "/v1/completions": ("POST", True, self._completions),
+            "/v1/chat/completions": ("POST", True, self._chat),
+            "/v1/models": ("GET", True, self._models),
+            "/health": ("GET", False, self._health),
+            "/metrics": ("GET", False, self._metrics),
+        }
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await _lifespan(receive, send)
+            return
+        if scope["type"] != "http":
+            return
+        exchange = Exchange(scope, receive, send)
+        try:
+            await self._route(exchange)
+        except HungUp:
+            return
+        except ApiError as error:
+            await exchange.send_error(error)
+
+    async def _route(self, exchange: Exchange) -> None:
+        path = exchange.path.rstrip("/") or "/"
+        route = self._routes.get(path)
+        if route is None:
+            raise ApiError(404, f"no route {exchange.method} {exchange.path}; this server has "
+                                f"{', '.join(f'{m} {p}' for p, (m, _, _) in self._routes.items())}",
+                           code="not_found")
+        method, needs_key, handler = route
+        if exchange.method != method:
+            raise ApiError(405, f"{path} takes {method}, not {exchange.method}", code="method_not_allowed")
+        if needs_key:
+            self._check_key(exchange)
+        await handler(exchange)
+
+    def _check_key(self, exchange: Exchange) -> None:
+        key = self.state.api_key
+        if key is None:
+            return
+        sent = exchange.header(b"authorization") or ""
+        scheme, _, token = sent.partition(" ")
+        if scheme.lower() != "bearer" or not secrets.compare_digest(token.strip().encode(), key.encode()):
+            raise ApiError(401, "missing or incorrect API key: send it as `Authorization: Bearer KEY`",
+                           code="invalid_api_key")
+
+    async def _completions(self, exchange: Exchange) -> None:
+        body = await self._body(exchange)
+        await answer(exchange, parse_completion(body, self.state.pool.model.info.n_vocab), self.state)
+
+    async def _chat(self, exchange: Exchange) -> None:
+        body = await self._body(exchange)
+        await answer(exchange, parse_chat(body), self.state)
+
+    async def _body(self, exchange: Exchange) -> object:
+        if self.state.stopping.is_set():
+            raise shutting_down()
+        return await exchange.read_json(self.state.max_body)
+
+    async def _models(self, exchange: Exchange) -> None:
+        model = {"id": self.state.model_name, "object": "model", "created": self.state.created,
+                 "owned_by": "spec_actor"}
+        await exchange.send_json(200, {"object": "list", "data": [model]})
+
+    async def _health(self, exchange: Exchange) -> None:
+        if self.state.stopping.is_set():
+            raise shutting_down()
+        await exchange.send_json(200, {"status": "ok"})
+
+    async def _metrics(self, exchange: Exchange) -> None:
+        await exchange.send_bytes(200, self.state.metrics.render(), [(b"content-type", CONTENT_TYPE.encode())])
+
+
+async def _lifespan(receive: Receive, send: Send) -> None:
+    # The pool is opened and closed around the server, so startup and shutdown have nothing to do.
+    while True:
+        message = await receive()
+        if message["type"] == "lifespan.startup":
+            await send({"type": "lifespan.startup.complete"})
+        elif message["type"] == "lifespan.shutdown":
+            await send({"type": "lifespan.shutdown.complete"})
+            return

@@ -1,0 +1,68 @@
+"""HTTP errors in OpenAI's JSON shape, and the map from spec_actor's exceptions to them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .._errors import (ActorClosedError, ConfigError, GrammarError, PromptError, QueueFullError,
+                       SpecActorError)
+
+__all__ = ["ApiError", "api_error_for", "bad_request", "shutting_down"]
+
+
+class ApiError(Exception):
+    """Raised when a request fails; carries the HTTP status and OpenAI's error fields.
+
+    The body the client gets is ``{"error": {"message", "type", "param",
+    "code"}}``, as OpenAI's API sends it, so its clients raise their usual
+    exceptions (``openai.BadRequestError`` for a 400, and so on).
+    """
+
+    def __init__(self, status: int, message: str, *, type: str = "invalid_request_error",
+                 param: str | None = None, code: str | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.type = type
+        self.param = param
+        self.code = code
+
+    def body(self) -> dict[str, Any]:
+        """The JSON body of the error response."""
+        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
+
+    def __repr__(self) -> str:
+        return f"ApiError({self.status}, {self.message!r})"
+
+
+def bad_request(message: str, param: str | None = None, code: str | None = None) -> ApiError:
+    """A 400 that names the field to change."""
+    return ApiError(400, message, param=param, code=code)
+
+
+def shutting_down() -> ApiError:
+    """The 503 of a request that the server ended because it is stopping."""
+    return ApiError(503, "the server is shutting down; retry against a running server",
+                    type="service_unavailable", code="shutting_down")
+
+
+def api_error_for(exc: SpecActorError) -> ApiError:
+    """The HTTP error for a spec_actor exception raised while serving a request.
+
+    Bad options and prompts are the client's (400), a full queue is 429, a
+    closed pool means the server is stopping (503); anything else is a
+    failure of the server (500) with the library's message.
+    """
+    if isinstance(exc, PromptError):
+        code = "context_length_exceeded" if "context" in exc.message or "n_ctx" in exc.message else None
+        return bad_request(exc.message, param="prompt", code=code)
+    if isinstance(exc, GrammarError):
+        return bad_request(exc.message, param="grammar", code="invalid_grammar")
+    if isinstance(exc, ConfigError):
+        return bad_request(exc.message)
+    if isinstance(exc, QueueFullError):
+        return ApiError(429, f"the server is busy: {exc.message}", type="rate_limit_exceeded",
+                        code="queue_full")
+    if isinstance(exc, ActorClosedError):
+        return shutting_down()
+    return ApiError(500, exc.message or type(exc).__name__, type="server_error")

@@ -1,0 +1,191 @@
+"""Run one checked completion request on the pool and answer it, whole or as an event stream.
+
+A request ends early when its client hangs up or the server stops: the
+generation's cancel scope is cancelled, which leaves the library's event
+stream, which stops the native loop (within one loop step, or milliseconds
+into a prompt prefill) and waits until the actor is idle.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import trio
+
+from .._errors import SpecActorError
+from .._events import Done, Eog, Error, Token
+from .._stats import StatsSnapshot
+from ..streams import EventStream
+from ._errors import ApiError, api_error_for, shutting_down
+from ._http import Exchange
+from ._params import Job
+from ._responses import Reply
+
+if TYPE_CHECKING:
+    from ._app import ServerState
+
+__all__ = ["Cancellation", "answer"]
+
+
+@dataclass(frozen=True, slots=True)
+class Cancellation:
+    """A request that the server ended early, and how fast its actor became idle."""
+
+    reason: str
+    """``"hangup"`` (the client closed the connection) or ``"shutdown"``."""
+    seen_at: float
+    """`trio.current_time()` when the server saw the reason."""
+    idle_at: float
+    """`trio.current_time()` when the native loop had stopped."""
+    tokens_before: int
+    """Tokens the request had generated just before the native cancel flag was set."""
+    stats: StatsSnapshot
+    """The request's statistics once its loop stopped (no prefill time: the prefill was cut short)."""
+
+    @property
+    def tokens_after(self) -> int:
+        """Tokens the request had generated when its loop stopped."""
+        return self.stats.tokens_emitted
+
+    @property
+    def seconds_to_idle(self) -> float:
+        """From seeing the hang-up (or the shutdown) to the actor being idle."""
+        return self.idle_at - self.seen_at
+
+
+async def answer(exchange: Exchange, job: Job, state: ServerState) -> None:
+    """Run ``job`` and send its response.
+
+    Raises:
+        ApiError: the request was refused or failed before its response
+            started (bad options, prompt too long, queue full, bad grammar,
+            server stopping), or failed after (the caller then sends it as
+            the stream's last event).
+    """
+    await _Answer(exchange, job, state).run()
+
+
+class _Answer:
+    """One request's run: its event stream, what it delivered, and why it ended early, if it did."""
+
+    def __init__(self, exchange: Exchange, job: Job, state: ServerState) -> None:
+        self.exchange = exchange
+        self.job = job
+        self.state = state
+        self.reply = Reply(job.kind, state.model_name)
+        self.arrived_at = trio.current_time()
+        self.events = self._open()
+        self.text: list[str] = []
+        self.tokens = 0
+        self.finish_reason: str | None = None
+        self.prompt_tokens = 0
+        self.ended_by: tuple[str, float] | None = None
+        """("hangup" or "shutdown", when it was seen) once the request is ended early."""
+        self.run_scope = trio.CancelScope()
+
+    def _open(self) -> EventStream:
+        job, pool = self.job, self.state.pool
+        max_tokens = job.max_tokens or pool.actors[0].n_ctx  # the context's end stops it first
+        try:
+            if job.kind == "chat":
+                return pool.chat_events(job.messages, max_tokens=max_tokens, **job.options)
+            return pool.stream_events(job.prompt, max_tokens=max_tokens, **job.options)
+        except SpecActorError as exc:
+            raise api_error_for(exc) from None
+
+    async def run(self) -> None:
+        error: ApiError | None = None
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._end_when, self.exchange.watch_hangup, "hangup")
+            nursery.start_soon(self._end_when, self.state.stopping.wait, "shutdown")
+            with self.run_scope:
+                try:
+                    await self._generate()
+                    await self._respond()
+                except ApiError as exc:  # raised below, outside the nursery (not in an ExceptionGroup)
+                    error = exc
+            nursery.cancel_scope.cancel()
+        if self.ended_by is not None:
+            self.state.metrics.finished("abort")
+            if self.ended_by[0] == "shutdown":
+                with trio.CancelScope(shield=True):
+                    await self.exchange.send_error(shutting_down())
+        elif error is not None:
+            self.state.metrics.finished("error")
+            raise error
+        else:
+            self.state.metrics.e2e.observe(trio.current_time() - self.arrived_at)
+
+    async def _end_when(self, wait: Callable[[], Awaitable[object]], reason: str) -> None:
+        await wait()
+        if self.exchange.complete:  # too late to end it: the whole response went out
+            return
+        seen_at = self.exchange.hung_up_at if reason == "hangup" else None
+        self.ended_by = (reason, seen_at if seen_at is not None else trio.current_time())
+        self.run_scope.cancel()
+
+    async def _generate(self) -> None:
+        """Read the events, streaming the text out (or keeping it); leave the stream idle in any case."""
+        try:
+            await self.events.__aenter__()
+        except SpecActorError as exc:
+            raise api_error_for(exc) from None
+        try:
+            async for ev in self.events:
+                if type(ev) is Token:
+                    await self._token(ev)
+                elif type(ev) is Error:
+                    raise api_error_for(ev.exception())
+                elif isinstance(ev, (Done, Eog)):
+                    self.finish_reason = "length" if type(ev) is Done and ev.reason == "max_tokens" else "stop"
+                    self.prompt_tokens = ev.stats.prompt_tokens
+        finally:
+            with trio.CancelScope(shield=True):
+                tokens_before = self.events.stats().tokens_emitted  # just before aclose sets the cancel flag
+                await self.events.aclose()
+                if self.ended_by is not None:
+                    self._record(tokens_before)
+
+    async def _token(self, ev: Token) -> None:
+        if self.tokens == 0:
+            self.state.metrics.ttft.observe(trio.current_time() - self.arrived_at)
+            if self.job.stream:
+                await self._open_stream()
+        self.tokens += 1
+        if not ev.text:
+            return
+        if self.job.stream:
+            await self.exchange.send_event(self.reply.piece(ev.text))
+        else:
+            self.text.append(ev.text)
+
+    async def _open_stream(self) -> None:
+        await self.exchange.start_events()
+        opening = self.reply.opening()
+        if opening is not None:
+            await self.exchange.send_event(opening)
+
+    async def _respond(self) -> None:
+        reason = self.finish_reason or "stop"
+        prompt_tokens = self.prompt_tokens or self.events.stats().prompt_tokens
+        self.state.metrics.finished(reason)
+        if not self.job.stream:
+            await self.exchange.send_json(200, self.reply.whole("".join(self.text), reason, prompt_tokens,
+                                                                self.tokens))
+            return
+        if not self.exchange.started:  # not a single token (an immediate end of generation)
+            await self._open_stream()
+        await self.exchange.send_event(self.reply.closing(reason))
+        if self.job.include_usage:
+            await self.exchange.send_event(self.reply.usage_chunk(prompt_tokens, self.tokens))
+        await self.exchange.end_events()
+
+    def _record(self, tokens_before: int) -> None:
+        assert self.ended_by is not None
+        reason, seen_at = self.ended_by
+        record = Cancellation(reason, seen_at, trio.current_time(), tokens_before, self.events.stats())
+        self.state.cancellations.append(record)
+        if reason == "hangup":
+            self.state.metrics.disconnect_to_idle.observe(record.seconds_to_idle)

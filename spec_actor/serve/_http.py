@@ -1,0 +1,175 @@
+"""The ASGI side of one HTTP exchange: the request body, JSON and event-stream responses, hang-ups."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any
+
+import trio
+
+from ._errors import ApiError, bad_request
+
+__all__ = ["Exchange", "HungUp", "Receive", "Scope", "Send"]
+
+Scope = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
+Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
+
+_JSON = [(b"content-type", b"application/json")]
+_SSE = [(b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-control", b"no-cache"),
+        (b"x-accel-buffering", b"no")]
+
+
+class HungUp(Exception):
+    """Raised when the client closes the connection before its request body arrived."""
+
+
+class Exchange:
+    """One request and its response, over ASGI.
+
+    `read_json` reads the body (once); after that, `watch_hangup` notices
+    the client going away, which ASGI reports as ``http.disconnect`` on
+    `receive`. Responses are a JSON body (`send_json`) or an event stream
+    (`start_events`, `send_event`, `end_events`). Sends to a client that
+    has gone are dropped.
+    """
+
+    __slots__ = ("scope", "_receive", "_send", "started", "streaming", "complete", "hung_up", "hung_up_at")
+
+    def __init__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        self.scope = scope
+        self._receive = receive
+        self._send = send
+        self.started = False
+        """Whether the response status and headers went out."""
+        self.streaming = False
+        """Whether the response is an event stream (`start_events`)."""
+        self.complete = False
+        """Whether the whole response went out (ASGI then reports a disconnect that is no hang-up)."""
+        self.hung_up = trio.Event()
+        """Set when the client closed the connection."""
+        self.hung_up_at: float | None = None
+        """`trio.current_time()` when the hang-up was seen."""
+
+    # -- request ----------------------------------------------------------------------
+
+    @property
+    def method(self) -> str:
+        """The request method (``GET``, ``POST``)."""
+        return str(self.scope.get("method", "GET"))
+
+    @property
+    def path(self) -> str:
+        """The request path, without the query string."""
+        return str(self.scope.get("path", "/"))
+
+    def header(self, name: bytes) -> str | None:
+        """A request header's value (latin-1), or None."""
+        for key, value in self.scope.get("headers", ()):
+            if key.lower() == name:
+                return value.decode("latin-1")
+        return None
+
+    async def read_json(self, limit: int) -> object:
+        """The request body parsed as JSON.
+
+        Raises:
+            ApiError: 413 for a body over ``limit`` bytes, 400 for one that
+                is not UTF-8 JSON.
+            HungUp: the client left before sending the whole body.
+        """
+        declared = self.header(b"content-length")
+        if declared is not None and declared.strip().isdigit() and int(declared) > limit:
+            raise _too_large(limit)
+        chunks, size = [], 0
+        while True:
+            message = await self._receive()
+            if message["type"] == "http.disconnect":
+                self._mark_hung_up()
+                raise HungUp
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > limit:
+                raise _too_large(limit)
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        try:
+            return json.loads(b"".join(chunks))
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise bad_request(f"the request body is not valid JSON: {exc}", code="invalid_json") from None
+
+    async def watch_hangup(self) -> None:
+        """Return when the client hangs up before the response is complete, setting `hung_up`.
+
+        Run it as a task after `read_json`; once the response is complete it never returns.
+        """
+        while True:
+            message = await self._receive()
+            if message["type"] == "http.disconnect":
+                if self.complete:
+                    await trio.sleep_forever()
+                self._mark_hung_up()
+                return
+
+    def _mark_hung_up(self) -> None:
+        if self.hung_up_at is None:
+            self.hung_up_at = trio.current_time()
+        self.hung_up.set()
+
+    # -- responses --------------------------------------------------------------------
+
+    async def send_json(self, status: int, body: object, headers: list[tuple[bytes, bytes]] | None = None) -> None:
+        """Send a whole JSON response."""
+        data = json.dumps(body, ensure_ascii=False).encode()
+        await self.send_bytes(status, data, _JSON + (headers or []))
+
+    async def send_error(self, error: ApiError) -> None:
+        """Send an error in OpenAI's shape; in a started event stream, as an event that ends it.
+
+        Nothing is sent once the response is complete, or half of a whole
+        response is out (nothing valid can follow).
+        """
+        if self.complete:
+            return
+        if self.streaming:
+            await self.send_event(error.body())
+            await self.end_events()
+        elif not self.started:
+            headers = [(b"www-authenticate", b"Bearer")] if error.status == 401 else None
+            await self.send_json(error.status, error.body(), headers)
+
+    async def send_bytes(self, status: int, data: bytes, headers: list[tuple[bytes, bytes]]) -> None:
+        """Send a whole response with the given body and headers."""
+        self.started = True
+        await self._out({"type": "http.response.start", "status": status,
+                         "headers": headers + [(b"content-length", str(len(data)).encode())]})
+        await self._out({"type": "http.response.body", "body": data})
+
+    async def start_events(self) -> None:
+        """Start a 200 server-sent-event stream."""
+        self.started = self.streaming = True
+        await self._out({"type": "http.response.start", "status": 200, "headers": _SSE})
+
+    async def send_event(self, data: object) -> None:
+        """Send one ``data: <json>`` event."""
+        payload = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+        await self._out({"type": "http.response.body", "body": f"data: {payload}\n\n".encode(), "more_body": True})
+
+    async def end_events(self) -> None:
+        """Send ``data: [DONE]`` and end the stream."""
+        await self._out({"type": "http.response.body", "body": b"data: [DONE]\n\n", "more_body": False})
+
+    async def _out(self, message: MutableMapping[str, Any]) -> None:
+        if self.hung_up.is_set():
+            return
+        if message["type"] == "http.response.body" and not message.get("more_body", False):
+            self.complete = True
+        await self._send(message)
+
+
+def _too_large(limit: int) -> ApiError:
+    return ApiError(413, f"the request body is larger than the server's limit of {limit} bytes; "
+                         "send a shorter request or start the server with a larger --max-body",
+                    code="request_too_large")

@@ -1,0 +1,107 @@
+"""``GET /metrics``: Prometheus text built with prometheus-client from the pool's lock-free statistics.
+
+Names follow vLLM's (``vllm:num_requests_running``,
+``vllm:spec_decode_num_accepted_tokens_per_pos_total``, ...) under the
+``spec_actor:`` prefix, so dashboards made for vLLM need only the prefix
+changed. Counts come from the native counters at scrape time; the latency
+histograms are observed by the server per request.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
+
+from .._pool import ActorPool
+
+__all__ = ["CONTENT_TYPE", "PREFIX", "ServerMetrics"]
+
+PREFIX = "spec_actor:"
+CONTENT_TYPE = CONTENT_TYPE_PLAIN_0_0_4
+
+_LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 40.0, 80.0, 160.0)
+_CANCEL_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
+
+
+class ServerMetrics:
+    """The server's metrics registry: pool counters read at scrape time, request histograms.
+
+    Thread-safety: observe and render from the trio thread (the pool
+    statistics themselves are lock-free).
+    """
+
+    def __init__(self, pool: ActorPool, model_name: str) -> None:
+        self.registry = CollectorRegistry()
+        self.model_name = model_name
+        labels = ["model_name"]
+        self.ttft = Histogram(f"{PREFIX}time_to_first_token_seconds",
+                              "Seconds from a request's arrival to its first generated token.",
+                              labels, buckets=_LATENCY_BUCKETS, registry=self.registry).labels(model_name)
+        self.e2e = Histogram(f"{PREFIX}e2e_request_latency_seconds",
+                             "Seconds from a request's arrival to its end, for requests that ran to the end.",
+                             labels, buckets=_LATENCY_BUCKETS, registry=self.registry).labels(model_name)
+        self.disconnect_to_idle = Histogram(
+            f"{PREFIX}disconnect_to_idle_seconds",
+            "Seconds from seeing a client hang up to its actor being idle (native loop stopped).",
+            labels, buckets=_CANCEL_BUCKETS, registry=self.registry).labels(model_name)
+        self._finished = Counter(f"{PREFIX}request_success", "Requests finished, by finish reason "
+                                 "(stop, length, abort: the client hung up or the server stopped, error).",
+                                 labels + ["finished_reason"], registry=self.registry)
+        self.registry.register(_PoolCollector(pool, model_name))
+
+    def finished(self, reason: str) -> None:
+        """Count a finished request."""
+        self._finished.labels(self.model_name, reason).inc()
+
+    def render(self) -> bytes:
+        """The registry in Prometheus text format (`CONTENT_TYPE`)."""
+        return generate_latest(self.registry)
+
+
+class _PoolCollector:
+    """Reads the pool's statistics at every scrape."""
+
+    def __init__(self, pool: ActorPool, model_name: str) -> None:
+        self._pool = pool
+        self._labels = [model_name]
+
+    def collect(self) -> Iterator[Metric]:
+        pool, labels = self._pool, self._labels
+        snap = pool.stats()
+
+        def gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
+            metric = GaugeMetricFamily(PREFIX + name, doc, labels=["model_name"])
+            metric.add_metric(labels, value)
+            return metric
+
+        def counter(name: str, doc: str, value: float) -> CounterMetricFamily:
+            metric = CounterMetricFamily(PREFIX + name, doc, labels=["model_name"])
+            metric.add_metric(labels, value)
+            return metric
+
+        def per_pos(name: str, doc: str, values: tuple[int, ...]) -> CounterMetricFamily:
+            metric = CounterMetricFamily(PREFIX + name, doc, labels=["model_name", "position"])
+            for pos, value in enumerate(values):
+                metric.add_metric(labels + [str(pos)], value)
+            return metric
+
+        yield gauge("num_requests_running", "Requests running on an actor.", sum(a.busy for a in pool.actors))
+        yield gauge("num_requests_waiting", "Requests waiting in the actors' queues.",
+                    sum(a.queued for a in pool.actors))
+        yield counter("prompt_tokens", "Prompt tokens evaluated.", snap.prompt_tokens)
+        yield counter("generation_tokens", "Tokens generated.", snap.tokens_emitted)
+        yield gauge("generation_tokens_per_second", "Generation speed: tokens per second of decoding, "
+                    "summed over the actors (live while they run).", snap.tokens_per_sec)
+        yield counter("spec_decode_num_drafts", "Drafts proposed (loop steps that drafted at least one token).",
+                      snap.drafted_per_pos[0] if snap.drafted_per_pos else 0)
+        yield counter("spec_decode_num_draft_tokens", "Draft tokens proposed.", snap.drafts_generated)
+        yield counter("spec_decode_num_accepted_tokens", "Draft tokens accepted.", snap.drafts_accepted)
+        yield per_pos("spec_decode_num_accepted_tokens_per_pos", "Draft tokens accepted at each draft position.",
+                      snap.accepted_per_pos)
+        yield per_pos("spec_decode_num_draft_tokens_per_pos", "Draft tokens proposed at each draft position.",
+                      snap.drafted_per_pos)
+        yield gauge("spec_decode_acceptance_rate", "Accepted draft tokens / proposed draft tokens, since start.",
+                    snap.acceptance_rate)

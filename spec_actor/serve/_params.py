@@ -1,0 +1,257 @@
+"""The JSON body of a completion request, checked and turned into generation options.
+
+Fields follow OpenAI's API as its clients send them. Fields this server does
+not know are ignored, as other OpenAI-compatible servers ignore them; known
+fields of the wrong type, out of range, or asking for a feature this server
+does not have (``n > 1``, ``logprobs``, ``tools``) are a 400 that names the
+field. ``top_k``, ``min_p``, ``repeat_penalty`` and ``grammar`` (GBNF) are
+accepted as extensions, by llama.cpp's ``llama-server`` names.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from .._errors import ConfigError
+from .._sampling import Sampling
+from ._errors import ApiError, bad_request
+
+__all__ = ["Job", "parse_chat", "parse_completion"]
+
+Kind = Literal["completion", "chat"]
+
+# Default `max_tokens` of /v1/completions, as in OpenAI's API; chat generates
+# until the end of the turn or of the context.
+COMPLETION_MAX_TOKENS = 16
+
+# OpenAI's sampling fields -> spec_actor's `Sampling` names, then the extensions.
+_FLOAT_FIELDS = {"temperature": "temp", "top_p": "top_p", "presence_penalty": "presence_penalty",
+                 "frequency_penalty": "frequency_penalty", "min_p": "min_p", "repeat_penalty": "repeat_penalty"}
+_INT_FIELDS = {"seed": "seed", "top_k": "top_k"}
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """One checked completion request."""
+
+    kind: Kind
+    """Which endpoint: plain text completion or chat."""
+    stream: bool
+    """Answer with server-sent events."""
+    include_usage: bool
+    """Streaming only: send a last chunk with ``usage`` (``stream_options``)."""
+    max_tokens: int | None
+    """Most tokens to generate; None: until the end of the turn or of the context."""
+    prompt: str | list[int] | None = None
+    """The prompt of a completion: text or token ids."""
+    messages: list[dict[str, str]] = field(default_factory=list)
+    """The conversation of a chat, each ``{"role", "content"}`` with text content."""
+    options: dict[str, Any] = field(default_factory=dict)
+    """Request options of ``stream_events`` (stop strings, sampler options), max_tokens aside."""
+
+
+def parse_completion(body: object, n_vocab: int) -> Job:
+    """Check the body of ``POST /v1/completions``.
+
+    Raises:
+        ApiError: a 400 naming the field to change.
+    """
+    body = _object(body)
+    _refuse_unsupported(body)
+    if _get(body, "echo", bool, default=False):
+        raise _unsupported("echo", "echo=true")
+    if _get(body, "suffix", str, default=""):
+        raise _unsupported("suffix", "suffix")
+    best_of = _get(body, "best_of", int, default=1)
+    if best_of != 1:
+        raise _unsupported("best_of", f"best_of={best_of}")
+    prompt = _prompt(body.get("prompt"), n_vocab)
+    max_tokens = _max_tokens(body, ("max_tokens",), COMPLETION_MAX_TOKENS)
+    return Job("completion", *_stream(body), max_tokens=max_tokens, prompt=prompt, options=_options(body))
+
+
+def parse_chat(body: object) -> Job:
+    """Check the body of ``POST /v1/chat/completions``.
+
+    Raises:
+        ApiError: a 400 naming the field to change.
+    """
+    body = _object(body)
+    _refuse_unsupported(body)
+    if _get(body, "top_logprobs", int, default=None) is not None:
+        raise _unsupported("top_logprobs", "top_logprobs")
+    if _get(body, "tools", list, default=None):
+        raise _unsupported("tools", "tools (function calling)")
+    fmt = _get(body, "response_format", dict, default=None)
+    if fmt is not None and fmt.get("type", "text") != "text":
+        raise _unsupported("response_format", f"response_format {fmt.get('type')!r} (use the grammar field)")
+    messages = _messages(body.get("messages"))
+    max_tokens = _max_tokens(body, ("max_completion_tokens", "max_tokens"), None)
+    return Job("chat", *_stream(body), max_tokens=max_tokens, messages=messages, options=_options(body))
+
+
+# -- fields -------------------------------------------------------------------------------
+
+def _object(body: object) -> dict[str, Any]:
+    if not isinstance(body, dict):
+        raise bad_request(f"the request body must be a JSON object, not {_json_type(body)}")
+    return body
+
+
+def _refuse_unsupported(body: dict[str, Any]) -> None:
+    n = _get(body, "n", int, default=1)
+    if n != 1:
+        raise _unsupported("n", f"n={n} (one choice per request; send several requests)")
+    logprobs = body.get("logprobs")
+    if logprobs not in (None, False, 0):
+        raise _unsupported("logprobs", "logprobs")
+    if _get(body, "logit_bias", dict, default=None):
+        raise _unsupported("logit_bias", "logit_bias")
+    _get(body, "model", str, default=None)
+    _get(body, "user", str, default=None)
+
+
+def _unsupported(param: str, what: str) -> ApiError:
+    return bad_request(f"{what} is not supported by this server; leave {param} out", param=param,
+                       code="unsupported")
+
+
+def _get(body: dict[str, Any], name: str, kind: type, *, default: Any) -> Any:
+    """body[name] checked against `kind` (int excludes bool, float accepts int); null -> default."""
+    value = body.get(name)
+    if value is None:
+        return default
+    ok = (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+          if kind is float else isinstance(value, kind) and not (kind is int and isinstance(value, bool)))
+    if not ok:
+        raise bad_request(f"{name} must be {_TYPE_NAMES[kind]}, not {_json_type(value)} {_short(value)}",
+                          param=name, code="invalid_type")
+    return float(value) if kind is float else value
+
+
+_TYPE_NAMES = {bool: "a boolean", int: "an integer", float: "a number", str: "a string", list: "an array",
+               dict: "an object"}
+
+
+def _json_type(value: object) -> str:
+    for kind, name in ((bool, "boolean"), (int, "integer"), (float, "number"), (str, "string"),
+                       (list, "array"), (dict, "object")):
+        if isinstance(value, kind):
+            return name
+    return "null" if value is None else type(value).__name__
+
+
+def _short(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _stream(body: dict[str, Any]) -> tuple[bool, bool]:
+    stream = _get(body, "stream", bool, default=False)
+    stream_options = _get(body, "stream_options", dict, default={})
+    include_usage = _get(stream_options, "include_usage", bool, default=False)
+    return stream, bool(stream and include_usage)
+
+
+def _max_tokens(body: dict[str, Any], names: tuple[str, ...], default: int | None) -> int | None:
+    for name in names:
+        value = _get(body, name, int, default=None)
+        if value is not None:
+            if value < 1:
+                raise bad_request(f"{name}={value} is invalid: ask for at least 1 token", param=name)
+            return value
+    return default
+
+
+def _options(body: dict[str, Any]) -> dict[str, Any]:
+    """Stop strings and sampler options for ``stream_events``; ranges are checked by `Sampling`."""
+    options: dict[str, Any] = {}
+    for name, option in _FLOAT_FIELDS.items():
+        value = _get(body, name, float, default=None)
+        if value is not None:
+            options[option] = value
+    if options.get("temp", 0.0) > 2.0:
+        raise bad_request(f"temperature={options['temp']:g} is invalid: use 0 to 2", param="temperature")
+    for name, option in _INT_FIELDS.items():
+        value = _get(body, name, int, default=None)
+        if value is not None:
+            options[option] = value
+    grammar = _get(body, "grammar", str, default=None)
+    if grammar is not None:
+        options["grammar"] = grammar
+    _check_sampling(options)
+    stop = body.get("stop")
+    if stop is not None:
+        items = [stop] if isinstance(stop, str) else stop
+        if not isinstance(items, list) or not all(isinstance(s, str) for s in items):
+            raise bad_request(f"stop must be a string or an array of strings, not {_json_type(stop)}",
+                              param="stop", code="invalid_type")
+        if any(items):
+            options["stop"] = [s for s in items if s]
+    return options
+
+
+def _check_sampling(options: dict[str, Any]) -> None:
+    """Let `Sampling` check the ranges now, so that its error names the request's field."""
+    try:
+        Sampling(**options)
+    except ConfigError as exc:
+        option = exc.message.split("=", 1)[0]
+        field = next((name for table in (_FLOAT_FIELDS, _INT_FIELDS) for name, opt in table.items()
+                      if opt == option), option if option == "grammar" else None)
+        prefix = f"{field}: " if field is not None and field != option else ""
+        raise bad_request(prefix + exc.message, param=field) from None
+
+
+def _prompt(prompt: object, n_vocab: int) -> str | list[int]:
+    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
+        prompt = prompt[0]  # a batch of one prompt
+    if isinstance(prompt, str):
+        if not prompt:
+            raise bad_request("prompt is empty; send some text", param="prompt")
+        return prompt
+    if isinstance(prompt, list) and prompt and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
+        bad = [t for t in prompt if not 0 <= t < n_vocab]
+        if bad:
+            raise bad_request(f"prompt has token ids outside the vocabulary (0 to {n_vocab - 1}): {_short(bad)}",
+                              param="prompt")
+        return list(prompt)
+    if isinstance(prompt, list) and len(prompt) > 1:
+        raise bad_request("prompt holds several prompts; send one per request", param="prompt", code="unsupported")
+    raise bad_request(f"prompt must be a string or an array of token ids, not {_json_type(prompt)} {_short(prompt)}",
+                      param="prompt", code="invalid_type" if prompt is not None else "missing")
+
+
+def _messages(messages: object) -> list[dict[str, str]]:
+    if not isinstance(messages, list) or not messages:
+        raise bad_request("messages must be a non-empty array of {role, content} objects", param="messages",
+                          code="invalid_type" if messages is not None else "missing")
+    out = []
+    for i, message in enumerate(messages):
+        where = f"messages[{i}]"
+        if not isinstance(message, dict):
+            raise bad_request(f"{where} must be an object, not {_json_type(message)}", param=where)
+        role = message.get("role")
+        if not isinstance(role, str) or not role:
+            raise bad_request(f"{where}.role must be a non-empty string", param=f"{where}.role")
+        out.append({"role": role, "content": _content(message.get("content"), f"{where}.content")})
+    return out
+
+
+def _content(content: object, where: str) -> str:
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):  # content parts: only text ones
+        texts = []
+        for part in content:
+            if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
+                raise bad_request(f"{where} may hold only text parts ({{\"type\": \"text\", \"text\": ...}})",
+                                  param=where, code="unsupported")
+            texts.append(part["text"])
+        return "".join(texts)
+    raise bad_request(f"{where} must be a string or an array of text parts, not {_json_type(content)}",
+                      param=where, code="invalid_type")

@@ -1,0 +1,71 @@
+"""The JSON objects of OpenAI's completion and chat completion responses, whole and streamed."""
+
+from __future__ import annotations
+
+import secrets
+import time
+from typing import Any
+
+from ._params import Kind
+
+__all__ = ["Reply", "usage"]
+
+
+def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
+    """The ``usage`` object: tokens in the prompt and in the delivered completion."""
+    return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens}
+
+
+class Reply:
+    """Builds the response objects of one request, for its endpoint (`Kind`).
+
+    Every object carries the same ``id``, ``created`` and ``model``.
+    """
+
+    __slots__ = ("kind", "id", "created", "model")
+
+    def __init__(self, kind: Kind, model: str) -> None:
+        self.kind = kind
+        self.id = ("chatcmpl-" if kind == "chat" else "cmpl-") + secrets.token_hex(12)
+        self.created = int(time.time())
+        self.model = model
+
+    def whole(self, text: str, finish_reason: str, prompt_tokens: int, completion_tokens: int) -> dict[str, Any]:
+        """The response of a request with ``stream`` false."""
+        if self.kind == "chat":
+            choice = {"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": None,
+                      "finish_reason": finish_reason}
+        else:
+            choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason}
+        return self._object(False, [choice]) | {"usage": usage(prompt_tokens, completion_tokens)}
+
+    def opening(self) -> dict[str, Any] | None:
+        """The first chunk of a stream, before any text: a chat's assistant role; none for completions."""
+        if self.kind != "chat":
+            return None
+        return self._object(True, [self._choice({"role": "assistant", "content": ""}, None)])
+
+    def piece(self, text: str) -> dict[str, Any]:
+        """The chunk that carries a piece of generated text."""
+        return self._object(True, [self._choice({"content": text} if self.kind == "chat" else text, None)])
+
+    def closing(self, finish_reason: str) -> dict[str, Any]:
+        """The chunk that ends the choice, with its finish reason."""
+        return self._object(True, [self._choice({} if self.kind == "chat" else "", finish_reason)])
+
+    def usage_chunk(self, prompt_tokens: int, completion_tokens: int) -> dict[str, Any]:
+        """The last chunk when ``stream_options.include_usage`` is set: no choices, the usage."""
+        return self._object(True, []) | {"usage": usage(prompt_tokens, completion_tokens)}
+
+    def _choice(self, content: dict[str, str] | str, finish_reason: str | None) -> dict[str, Any]:
+        key = "delta" if self.kind == "chat" else "text"
+        return {"index": 0, key: content, "logprobs": None, "finish_reason": finish_reason}
+
+    def _object(self, chunk: bool, choices: list[dict[str, Any]]) -> dict[str, Any]:
+        if self.kind == "chat":
+            kind = "chat.completion.chunk" if chunk else "chat.completion"
+        else:
+            kind = "text_completion"
+        return {"id": self.id, "object": kind, "created": self.created, "model": self.model,
+                "system_fingerprint": None, "choices": choices}

@@ -1,0 +1,156 @@
+"""`open_server`: the pool, the ASGI app and hypercorn's trio worker on one socket."""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import socket
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any, final
+
+import trio
+from hypercorn.config import Config
+from hypercorn.trio import serve as hypercorn_serve
+
+from .._model import Model
+from .._pool import ActorPool, open_pool
+from .._groups import unwrap_groups
+from .._spec import Spec
+from .._validate import check_int
+from ._app import App, ServerState
+from ._metrics import ServerMetrics
+
+__all__ = ["Server", "open_server"]
+
+DEFAULT_MAX_BODY = 1 << 20
+"""Largest request body (1 MiB): a prompt of about 250,000 tokens, beyond any context here."""
+
+
+@final
+class Server:
+    """A running ``spec-actor serve``: its address, its pool, and a way to stop it.
+
+    Made by `open_server`.
+    """
+
+    __slots__ = ("_state", "url")
+
+    def __init__(self, state: ServerState, url: str) -> None:
+        self._state = state
+        self.url = url
+        """The base URL, ``http://HOST:PORT`` (the port the OS chose when asked for 0)."""
+
+    @property
+    def port(self) -> int:
+        """The TCP port the server listens on."""
+        return int(self.url.rsplit(":", 1)[1])
+
+    @property
+    def pool(self) -> ActorPool:
+        """The actors that run the requests (for their statistics)."""
+        return self._state.pool
+
+    @property
+    def state(self) -> ServerState:
+        """What the request handlers share: metrics, recent cancellations, the stopping flag."""
+        return self._state
+
+    @property
+    def stopping(self) -> bool:
+        """Whether the server is shutting down."""
+        return self._state.stopping.is_set()
+
+    def stop(self) -> None:
+        """Start shutting down (idempotent, synchronous): `open_server`'s block returns soon after.
+
+        The server stops accepting connections; running requests end (a
+        stream with an error event and ``data: [DONE]``, a whole response
+        with a 503), queued ones get a 503; then the pool closes.
+        """
+        self._state.stopping.set()
+
+    async def wait_stopped(self) -> None:
+        """Wait until `stop` is called (by a signal handler, a test, ...)."""
+        await self._state.stopping.wait()
+
+
+@asynccontextmanager
+async def open_server(model: Model, *, host: str = "127.0.0.1", port: int = 8080, pool: int = 1,
+                      spec: Spec | str | None = None, api_key: str | None = None, n_ctx: int = 4096,
+                      max_queue: int = 16, max_body: int = DEFAULT_MAX_BODY, model_name: str | None = None,
+                      graceful_timeout: float = 5.0, **context_options: Any) -> AsyncIterator[Server]:
+    """Serve ``model`` over HTTP with OpenAI's API until the block is left or `Server.stop` is called.
+
+    Args:
+        model: The loaded model (`load_model`).
+        host, port: Where to listen; port 0 lets the OS choose (see `Server.url`).
+        pool: Actors, so requests that run at once (each has its own context).
+        spec: Speculative decoding of every actor; None for the library's default.
+        api_key: When set, ``/v1/*`` requests must send ``Authorization: Bearer KEY``.
+        n_ctx: Context size of each actor; a prompt must be shorter.
+        max_queue: Requests that may wait per actor; past that, a 429.
+        max_body: Largest request body in bytes; past that, a 413.
+        model_name: The model id clients see (default: the GGUF's file name without ``.gguf``).
+        graceful_timeout: Seconds that open connections get to finish once stopping.
+        context_options: n_threads, n_batch, ... for `open_pool`.
+
+    Raises:
+        ConfigError: an option is out of range.
+        OSError: the address cannot be bound (in use, not local), before the pool opens.
+
+    **Cancellation**: leaving the block stops the server as `Server.stop`
+    describes, then closes the pool, which stops every native loop.
+    """
+    check_int("max_body", max_body, 1024, hint="leave room for a request's JSON")
+    pool_options = dict(context_options, size=pool, n_ctx=n_ctx, max_queue=max_queue)
+    if spec is not None:
+        pool_options["spec"] = spec
+    name = model_name or Path(model.path).name.removesuffix(".gguf")
+    with _bound_socket(host, port) as sock:  # bound before the pool opens: a taken port fails fast, plainly
+        async with open_pool(model, **pool_options) as actors:
+            state = ServerState(pool=actors, model_name=name, metrics=ServerMetrics(actors, name),
+                                api_key=api_key, max_body=max_body)
+            config = _config(sock, graceful_timeout)
+            with unwrap_groups():
+                async with trio.open_nursery() as nursery:
+                    binds = await nursery.start(functools.partial(
+                        hypercorn_serve, App(state), config, shutdown_trigger=state.stopping.wait))
+                    # Only hypercorn's duplicate may hold the socket open now: when it stops
+                    # listening (at shutdown), the socket closes and new connections are refused.
+                    sock.close()
+                    try:
+                        yield Server(state, binds[0])
+                    finally:
+                        state.stopping.set()
+
+
+def _bound_socket(host: str, port: int) -> socket.socket:
+    """A TCP socket bound to (host, port), not yet listening.
+
+    Raises:
+        OSError: the address is taken, not local, or not resolvable.
+    """
+    check_int("port", port, 0, 65535, hint="use 0 for any free port")
+    family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # accepted sockets inherit it: events go out at once
+        sock.bind(address)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+def _config(sock: socket.socket, graceful_timeout: float) -> Config:
+    config = Config()
+    config.bind = [f"fd://{os.dup(sock.fileno())}"]  # hypercorn owns (and closes) the duplicate
+    config.graceful_timeout = graceful_timeout
+    config.loglevel = "WARNING"
+    config.accesslog = None
+    config.errorlog = logging.getLogger("spec_actor.serve")
+    return config
