@@ -1,12 +1,13 @@
 """Benchmark the generation actor against the bare synchronous Session, side by side.
 
-    python bench/bench_actor.py [--reps N] [--tokens N]
+    python bench/bench_actor.py [--reps N] [--tokens N] [--threads N] [--json PATH] [--check]
 
 One process, one model. Each pair of measurements alternates actor and
 baseline so that drift (thermal, other load) hits both alike; the table
 shows medians, and the median of the per-pair ratios (or differences),
-against the targets of the actor issue. On a machine that runs anything
-else meanwhile the ratios mean little: check the load average it prints.
+against the targets of the actor issue. ``--check`` exits 1 when a target
+is missed. On a machine that runs anything else meanwhile the ratios mean
+little: check the load average it prints.
 """
 
 from __future__ import annotations
@@ -20,14 +21,13 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
-from pathlib import Path
+from typing import Any
 
 import trio
+from _common import Report, Table, Target, add_report_options
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from spec_actor import GenerationActor, Session, load_model, open_actor  # noqa: E402
-from spec_actor.nif import session as native_session  # noqa: E402
+from spec_actor import GenerationActor, Session, load_model, open_actor
+from spec_actor.nif import session as native_session
 
 STORY = "Once upon a time, in a small village by the sea, there lived an old fisherman named"
 PARAGRAPH = (
@@ -37,6 +37,8 @@ PARAGRAPH = (
     "the storms of years gone by. "
 )
 N_CTX = 4096
+MEASURES = ("isolation", "throughput", "cancel", "stats", "pollers", "ttft")
+"""The groups of rows, in the order they run; the names of Bench's methods that take them."""
 
 
 def median(xs: Sequence[float]) -> float:
@@ -54,7 +56,8 @@ def pct(xs: Sequence[float], q: float) -> float:
 
 
 class Bench:
-    def __init__(self, reps: int, tokens: int, threads: int | None) -> None:
+    def __init__(self, reps: int, tokens: int, threads: int | None, report: Report) -> None:
+        self.report = report
         self.reps = reps
         self.tokens = tokens
         self.ctx = {"n_ctx": N_CTX, "n_threads": threads}
@@ -62,11 +65,17 @@ class Bench:
         self.session = Session(self.model, **self.ctx)
         per = len(self.model.tokenizer.encode(PARAGRAPH, add_special=False))
         self.long_prompt = PARAGRAPH * (3000 // per + 1)
-        self.rows: list[tuple[str, str, str, str, str]] = []
+        self.rows: list[dict[str, Any]] = []
 
-    def row(self, what: str, actor: str, base: str, ratio: str, target: str) -> None:
-        self.rows.append((what, actor, base, ratio, target))
-        print(f"  {what}: actor {actor}, baseline {base}, {ratio} (target {target})", file=sys.stderr)
+    def row(self, what: str, actor: str, base: str, ratio: str, target: Target | str,
+            series: dict[str, list[float]] | None = None) -> None:
+        """One table row; ``target`` is a Target to meet or a note; ``series`` the raw samples."""
+        if isinstance(target, Target):
+            self.report.add_target(target)
+        shown = target.describe() if isinstance(target, Target) else target
+        self.rows.append({"measure": what, "actor": actor, "baseline": base, "ratio": ratio, "target": shown,
+                          "met": target.met if isinstance(target, Target) else None, "series": series or {}})
+        print(f"  {what}: actor {actor}, baseline {base}, {ratio} (target {shown})", file=sys.stderr)
 
     # -- baselines on the bare Session (called from the trio thread: it blocks, on purpose) --
 
@@ -176,42 +185,49 @@ class Bench:
 
     # -- the run -----------------------------------------------------------------
 
-    async def run(self) -> None:
-        await self.isolation()  # first: no actor thread may exist yet
+    async def run(self, measures: Sequence[str]) -> None:
+        """Take the chosen measures (names from MEASURES), in MEASURES order."""
+        if "isolation" in measures:
+            await self.isolation()  # first: no actor thread may exist yet
         async with open_actor(self.model, **self.ctx) as actor:
             await actor.generate(STORY, max_tokens=8)  # warm up both
             self.session.run(STORY, max_tokens=8)
-            await self.throughput(actor)
-            await self.cancel_latency(actor)
-            self.stats_cost(actor)
-            await self.poller_overhead(actor)
-            await self.ttft(actor)
+            for name in MEASURES[1:]:
+                if name in measures:
+                    done = getattr(self, name)(actor)
+                    if done is not None:
+                        await done
 
     async def isolation(self) -> None:
         self.session.run(STORY, max_tokens=8)  # warm up
         a, b = await alternate(self.reps, self.session_tps_beside_idle_thread, self.session_tps)
-        self.row("tokens/s of Session.run beside an idle thread that has computed vs alone",
-                 f"{median(a):.1f}", f"{median(b):.1f}", f"{paired(a, b):.3f}x", ">= 0.98x")
+        what = "tokens/s of Session.run beside an idle thread that has computed vs alone"
+        self.row(what, f"{median(a):.1f}", f"{median(b):.1f}", f"{paired(a, b):.3f}x",
+                 Target(what, paired(a, b), ">=", 0.98, "x"), {"beside": a, "alone": b})
 
     async def throughput(self, actor: GenerationActor) -> None:
         # Session.run both in the calling thread and, as the actor runs it, in a worker thread.
         a, b, c = await alternate(self.reps, lambda: self.actor_tps(actor), self.session_tps,
                                   lambda: trio.to_thread.run_sync(self.session_tps))
         for where, base in (("in the main thread", b), ("in a worker thread", c)):
-            self.row(f"tokens/s, {self.tokens} greedy tokens: actor.stream vs Session.run {where}, no consumer",
-                     f"{median(a):.1f}", f"{median(base):.1f}", f"{paired(a, base):.3f}x", ">= 0.98x")
+            what = f"tokens/s, {self.tokens} greedy tokens: actor.stream vs Session.run {where}"
+            self.row(what, f"{median(a):.1f}", f"{median(base):.1f}", f"{paired(a, base):.3f}x",
+                     Target(what, paired(a, base), ">=", 0.98, "x"), {"actor": a, "session": base})
 
-    async def cancel_latency(self, actor: GenerationActor) -> None:
+    async def cancel(self, actor: GenerationActor) -> None:
         decode = [await self.cancel_in_decode(actor) for _ in range(max(20, 4 * self.reps))]
         lat = [d[0] * 1e3 for d in decode]
         step = median([d[1] * 1e3 for d in decode])
-        self.row("cancel -> idle during decode, p50 / p99 (ms)", f"{median(lat):.1f} / {pct(lat, 0.99):.1f}",
-                 f"one loop step {step:.1f}", f"p99 {pct(lat, 0.99) / step:.2f} steps", "p99 <= 1 step")
+        what = "cancel -> actor idle during decode, p50 / p99 (ms)"
+        self.row(what, f"{median(lat):.1f} / {pct(lat, 0.99):.1f}", f"one loop step {step:.1f}",
+                 f"p99 {pct(lat, 0.99) / step:.2f} steps", Target(what, pct(lat, 0.99) / step, "<=", 1, " steps"),
+                 {"latency_ms": lat, "step_ms": [d[1] * 1e3 for d in decode]})
         prefill = [await self.cancel_in_prefill(actor) * 1e3 for _ in range(max(10, 2 * self.reps))]
-        self.row("cancel -> idle during a 3,000-token prefill, p50 / p99 (ms)",
-                 f"{median(prefill):.1f} / {pct(prefill, 0.99):.1f}", "-", "-", "p99 <= 50 ms")
+        what = "cancel -> actor idle during a 3,000-token prefill, p50 / p99 (ms)"
+        self.row(what, f"{median(prefill):.1f} / {pct(prefill, 0.99):.1f}", "-", "-",
+                 Target(what, pct(prefill, 0.99), "<=", 50, " ms"), {"latency_ms": prefill})
 
-    def stats_cost(self, actor: GenerationActor) -> None:
+    def stats(self, actor: GenerationActor) -> None:
         # actor.stats() reuses its last snapshot while no counter changed (a
         # poller between two loop steps); a change costs a fresh native read.
         handle = actor.session._handle
@@ -223,33 +239,40 @@ class Bench:
                 for _ in range(100):
                     read()
                 per_call.append((time.perf_counter_ns() - start) / 100 / 1e3)
-            self.row(f"actor.stats() cost, {what}, median (us)", f"{median(per_call):.2f}", "-", "-", "<= 5 us")
+            what = f"actor.stats() cost, {what}, median (us)"
+            self.row(what, f"{median(per_call):.2f}", "-", "-", Target(what, median(per_call), "<=", 5, " us"),
+                     {"us_per_call": per_call})
 
-    async def poller_overhead(self, actor: GenerationActor) -> None:
+    async def pollers(self, actor: GenerationActor) -> None:
         for where, hz in (("task", 1000), ("thread", 1000), ("task", 100)):
             a, b = await alternate(self.reps, lambda: self.actor_tps(actor, poll=where, hz=hz),
                                    lambda: self.actor_tps(actor))
             rate = "1 kHz" if hz == 1000 else f"{hz} Hz"
-            self.row(f"tokens/s with a {rate} actor.stats() poller ({where}) vs without",
-                     f"{median(a):.1f}", f"{median(b):.1f}", f"{paired(a, b):.3f}x", ">= 0.99x")
+            what = f"tokens/s with a {rate} actor.stats() poller in a {where} vs none"
+            self.row(what, f"{median(a):.1f}", f"{median(b):.1f}", f"{paired(a, b):.3f}x",
+                     Target(what, paired(a, b), ">=", 0.99, "x"), {"polled": a, "none": b})
         # Control: the same 1 kHz trio task without the stats() call.
         a, b = await alternate(self.reps, lambda: self.actor_tps(actor, poll="task"),
                                lambda: self.actor_tps(actor, poll="idle task"))
         self.row("tokens/s with the 1 kHz task poller vs a 1 kHz task that only sleeps",
-                 f"{median(a):.1f}", f"{median(b):.1f}", f"{paired(a, b):.3f}x", "(stats() share)")
+                 f"{median(a):.1f}", f"{median(b):.1f}", f"{paired(a, b):.3f}x", "(stats() share)",
+                 {"polled": a, "sleeping": b})
 
     async def ttft(self, actor: GenerationActor) -> None:
         a, b = await alternate(max(20, 4 * self.reps), lambda: self.actor_ttft(actor), self.session_ttft)
-        self.row("time to first token (ms), actor vs Session.run", f"{median(a) * 1e3:.2f}",
-                 f"{median(b) * 1e3:.2f}", f"{median([x - y for x, y in zip(a, b)]) * 1e3:+.2f} ms", "<= +2 ms")
+        diff = median([x - y for x, y in zip(a, b)]) * 1e3
+        what = "time to first token, actor vs Session.run (ms)"
+        self.row(what, f"{median(a) * 1e3:.2f}", f"{median(b) * 1e3:.2f}", f"{diff:+.2f} ms",
+                 Target(what, diff, "<=", 2, " ms"), {"actor_s": a, "session_s": b})
 
-    def table(self) -> str:
-        head = ("measure", "actor", "baseline", "ratio", "target")
-        rows = [head, *self.rows]
-        widths = [max(len(r[i]) for r in rows) for i in range(5)]
-        lines = ["| " + " | ".join(c.ljust(w) for c, w in zip(r, widths)) + " |" for r in rows]
-        lines.insert(1, "|" + "|".join("-" * (w + 2) for w in widths) + "|")
-        return "\n".join(lines)
+
+def report_table(report: dict[str, Any]) -> Table:
+    """The measures of a report, one row each, against their targets."""
+    table = Table(("measure", "actor", "baseline", "ratio", "target", "met"), "lrrrll")
+    for r in report["results"]["rows"]:
+        table.add(r["measure"], r["actor"], r["baseline"], r["ratio"], r["target"],
+                  "" if r["met"] is None else "yes" if r["met"] else "NO")
+    return table
 
 
 async def task_poller(actor: GenerationActor, read: bool, period: float) -> None:
@@ -278,20 +301,28 @@ async def alternate(reps: int, *measures: Callable) -> list[list[float]]:
     return series
 
 
-def main() -> None:
+def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reps", type=int, default=5, help="pairs of runs per throughput measure")
     parser.add_argument("--tokens", type=int, default=160, help="tokens per throughput run")
     parser.add_argument("--threads", type=int, default=None, help="n_threads of both (default: all CPUs)")
+    parser.add_argument("--measures", nargs="+", choices=MEASURES, default=list(MEASURES),
+                        help="take only these groups of rows (default: all)")
+    add_report_options(parser)
     args = parser.parse_args()
-    bench = Bench(args.reps, args.tokens, args.threads)
+    report = Report("bench_actor", {"reps": args.reps, "tokens": args.tokens, "threads": args.threads,
+                                    "measures": args.measures})
+    bench = Bench(args.reps, args.tokens, args.threads, report)
     start = time.perf_counter()
     load = os.getloadavg()[0]
-    trio.run(bench.run)
-    print(bench.table())
+    trio.run(bench.run, args.measures)
+    results = {"rows": bench.rows}
+    print(report_table({"results": results}).plain())
     print(f"\n{args.reps} alternating pairs per ratio; {time.perf_counter() - start:.0f} s in all; "
-          f"{len(os.sched_getaffinity(0))} of {os.cpu_count()} CPUs, n_threads {args.threads or 'default'}, load average {load:.2f} before, {os.getloadavg()[0]:.2f} after")
+          f"{len(os.sched_getaffinity(0))} of {os.cpu_count()} CPUs, n_threads {args.threads or 'default'}, "
+          f"load average {load:.2f} before, {os.getloadavg()[0]:.2f} after")
+    return report.finish(args, results)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

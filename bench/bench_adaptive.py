@@ -1,6 +1,7 @@
 """Benchmark adaptive drafting (``n_draft="auto"``) against plain decoding and fixed draft lengths.
 
     python bench/bench_adaptive.py [--reps N] [--tokens N] [--threads N] [--check]
+    python bench/bench_adaptive.py --rollback [--reps N] [--tokens N] [--threads N]
 
 One process, the embedded Gemma 3 270M Q4_K_M, 160 tokens per run from two
 prompts: bench/prompts/story.txt (free text) and bench/prompts/copy.txt (the
@@ -29,6 +30,16 @@ margin at the first differing token (batched verification rounds differently
 from one-token steps, so outputs may part at a near-tie, and from there the
 drafts differ too). Run it on an otherwise idle machine: llama.cpp's
 threads slow down many times over when another process takes a core.
+
+``--rollback`` measures what undoing a rejected draft costs instead, on the
+tiny random-weight models of spec_actor.testing (written to a temporary
+folder): the attention-only ``glm4moe`` MTP model, where a rejected draft is
+trimmed from the KV cache, against the hybrid ``qwen35`` MTP model, where the
+recurrent state is rolled back from snapshots (MTP, ``n_rs_seq``) or restored
+from a checkpoint and the accepted prefix verified again (ngram-simple). Per
+loop step: draft, verify, and the rest of the step (checkpoint save/restore,
+sequence removal, handing the events over: total minus prefill, draft, verify
+and sample).
 """
 
 from __future__ import annotations
@@ -41,9 +52,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from spec_actor import Model, RunResult, Session, Spec, load_model  # noqa: E402
+from spec_actor import Model, RunResult, Session, Spec, load_model
 
 PROMPTS = Path(__file__).resolve().parent / "prompts"
 N_CTX = 1024
@@ -172,15 +181,62 @@ def ratios(story: Scenario, copy: Scenario, stress: Scenario) -> bool:
     return ok
 
 
+TINY_PROMPT = "Hello world, this is a tiny model"
+ROLLBACK_MODES: dict[str, Spec] = {
+    "plain": Spec("none"),
+    "mtp 3": Spec("mtp", n_draft=3),
+    "ngram-simple 8": Spec("ngram-simple", n_draft=8, ngram_size_n=2, ngram_size_m=8),
+}
+
+
+def rollback_table(reps: int, tokens: int, threads: int | None) -> None:
+    """Per-step draft / verify / rest time: attention-only vs hybrid MTP model (tiny, F32)."""
+    import tempfile
+
+    from spec_actor.testing import tiny_models
+
+    print("steps, drafted, accepted and µs/step: the last run; tokens/s: the median\n")
+    print("| model | mode | steps | drafted | accepted | draft µs/step | verify µs/step | rest µs/step "
+          "| tokens/s | vs plain | same text |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|:---:|")
+    with tempfile.TemporaryDirectory() as tmp:
+        models = {
+            "glm4moe (attention)": tiny_models.write_mtp_model(Path(tmp) / "glm4moe.gguf"),
+            "qwen35 (hybrid)": tiny_models.write_hybrid_mtp_model(Path(tmp) / "qwen35.gguf"),
+        }
+        for name, path in models.items():
+            model = load_model(path, load_mtp=True)
+            scenario = Scenario(name, TINY_PROMPT, GREEDY, ROLLBACK_MODES)
+            measure(model, scenario, reps, tokens, threads)
+            base = scenario.cells["plain"]
+            for mode, cell in scenario.cells.items():
+                assert cell.last is not None and base.last is not None
+                s, t = cell.last.stats, cell.last.stats.timing_us
+                rest = t.total - t.prefill - t.draft - t.verify - t.sample
+                per = max(s.iters, 1)
+                same = "yes" if cell.last.tokens == base.last.tokens else "NO"
+                print(f"| {name} | {mode} | {s.iters} | {s.drafts_generated} | {s.drafts_accepted} | "
+                      f"{t.draft / per:.0f} | {t.verify / per:.0f} | {rest / per:.0f} | {cell.median:.0f} | "
+                      f"{cell.median / base.median:.2f}× | {same} |")
+            model.close()
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--reps", type=int, default=5, help="measured runs per mode and scenario (>= 3)")
     parser.add_argument("--tokens", type=int, default=160, help="tokens per run")
     parser.add_argument("--threads", type=int, default=None, help="CPU threads (default: all cores)")
     parser.add_argument("--check", action="store_true", help="exit 1 if a target ratio is not met")
+    parser.add_argument("--rollback", action="store_true",
+                        help="only measure rollback cost: tiny attention-only vs hybrid MTP model")
     args = parser.parse_args()
     if args.reps < 3:
         parser.error("--reps must be at least 3 (the tables show medians)")
+    if args.rollback:
+        print(f"\ntiny F32 models, {args.tokens} tokens, median of {args.reps} runs after a warm-up, "
+              f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}\n")
+        rollback_table(args.reps, args.tokens, args.threads)
+        return 0
     model = load_model()
     story_text = (PROMPTS / "story.txt").read_text()
     story = Scenario("story", story_text, GREEDY, GREEDY_MODES)

@@ -2,7 +2,7 @@
 
 One command, one process, side by side, medians of several repeats:
 
-    python bench/bench_engine.py [--repeats 3] [--tokens 160] [--json out.json]
+    python bench/bench_engine.py [--repeats 3] [--tokens 160] [--json PATH]
 
 Runs greedy generation of 160 tokens on the code-copy prompt with the
 embedded Gemma 3 270M: spec_actor plain, ngram-mod and ngram-cache (n_draft
@@ -16,19 +16,20 @@ two cores busy, llama.cpp's spinning threads make every number meaningless.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import statistics
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
+
+from _common import Report, Table, add_report_options
+from llama_tools import build_tools
+
+import spec_actor
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-
-import spec_actor  # noqa: E402
-from llama_tools import build_tools  # noqa: E402
 
 PROMPTS = HERE / "prompts"
 N_DRAFT = 8
@@ -76,13 +77,15 @@ def llama_tps(tools: dict[str, Path], model: Path, prompt_file: Path, n: int, sp
         raise RuntimeError(f"could not read tokens/s from {cmd[0]}:\n{log[-2000:]}") from None
 
 
-def main() -> None:
+def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--tokens", type=int, default=160)
     parser.add_argument("--prompt", default=str(PROMPTS / "copy.txt"))
-    parser.add_argument("--json", help="also write the raw numbers here")
+    add_report_options(parser, targets=False)
     args = parser.parse_args()
+    report = Report("bench_engine", {"repeats": args.repeats, "tokens": args.tokens, "threads": THREADS,
+                                     "n_draft": N_DRAFT, "prompt": Path(args.prompt).name, "temp": 0.0})
 
     tools = build_tools()
     model_path = spec_actor.default_model_path()
@@ -99,20 +102,32 @@ def main() -> None:
             samples.setdefault(ref, []).append(llama_tps(tools, model_path, prompt_file, args.tokens, spec_args))
 
     med = {name: statistics.median(v) for name, v in samples.items()}
+    results = {"samples": samples, "median": med}
     plain = med["spec_actor plain"]
     print(f"\n{args.tokens} greedy tokens, prompt {prompt_file.name}, {THREADS} threads, "
           f"median of {args.repeats}; decode tokens/s\n")
-    print(f"{'run':44} {'tok/s':>8} {'vs spec_actor plain':>20}")
-    for name, value in med.items():
-        print(f"{name:44} {value:8.1f} {value / plain:19.2f}x")
+    print(report_table({"results": results}).plain())
     print()
     print(f"spec_actor plain / llama-completion:           {plain / med['llama-completion']:.3f}")
     for label, _, _ in MODES[1:]:
         ours, theirs = med[f"spec_actor {label}"], med[f"llama-speculative-simple {label}"]
         print(f"spec_actor {label} / plain: {ours / plain:.2f}x   (llama.cpp's: {theirs / med['llama-completion']:.2f}x)")
-    if args.json:
-        Path(args.json).write_text(json.dumps({"samples": samples, "median": med}, indent=2))
+    return report.finish(args, results)
+
+
+def report_table(report: dict[str, Any]) -> Table:
+    """Median decode tokens/s of every run and its ratio to spec_actor's plain run."""
+    med = report["results"]["median"]
+    plain = med["spec_actor plain"]
+    table = Table(("run", "tokens/s", "vs plain"), "lrr")
+    for label, _, _ in MODES:
+        theirs = "llama.cpp `llama-completion`, plain" if label == "plain" else \
+            f"llama.cpp `llama-speculative-simple`, {label}"
+        ref = "llama-completion" if label == "plain" else f"llama-speculative-simple {label}"
+        for name, key in ((f"spec_actor, {label}", f"spec_actor {label}"), (theirs, ref)):
+            table.add(name, f"{med[key]:.1f}", f"{med[key] / plain:.2f}x")
+    return table
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

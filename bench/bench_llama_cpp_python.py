@@ -28,13 +28,14 @@ Run it on an otherwise idle machine: with busy cores every number is noise.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
 import time
 from pathlib import Path
 from typing import Any, Callable
+
+from _common import Report, Table, add_report_options
 
 import spec_actor
 from spec_actor.cli._prompts import PROMPTS
@@ -114,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-tokens", type=int, default=160)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--n-draft", type=int, default=8, help="draft length of every speculative mode")
-    parser.add_argument("--json", help="also write every sample and the medians here")
+    add_report_options(parser, targets=False)
     args = parser.parse_args(argv)
 
     llama_cpp = _load_llama_cpp()
@@ -123,6 +124,9 @@ def main(argv: list[str] | None = None) -> int:
     from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
 
     model_path = Path(args.model) if args.model else spec_actor.default_model_path()
+    report = Report("bench_llama_cpp_python", {
+        "model": model_path.name, "prompts": args.prompts, "max_tokens": args.max_tokens, "repeats": args.repeats,
+        "n_draft": args.n_draft, "threads": THREADS, "temp": 0.0, "llama_cpp_python": llama_cpp.__version__})
     model = spec_actor.load_model(model_path)
     common = dict(model_path=str(model_path), n_ctx=N_CTX, n_threads=THREADS, n_threads_batch=THREADS,
                   verbose=False)
@@ -148,20 +152,31 @@ def main(argv: list[str] | None = None) -> int:
                 samples[prompt][name].append(run(PROMPTS[prompt], args.max_tokens)[0])
 
     medians = {p: {m: statistics.median(v) for m, v in by_mode.items()} for p, by_mode in samples.items()}
+    results = {"samples": samples, "median": medians}
     print(f"\n{args.max_tokens} greedy tokens, {model_path.name}, {THREADS} threads, n_draft {args.n_draft}, "
           f"median of {args.repeats}; llama-cpp-python {llama_cpp.__version__}, spec_actor {spec_actor.__version__}")
-    print("decode tokens/s, wall clock from the first token to the last\n")
-    print(f"{'prompt':7} {'run':32} {'tok/s':>7} {'vs lcp plain':>13} {'vs sa plain':>12}")
-    for prompt, by_mode in medians.items():
-        lcp, sa = by_mode["llama-cpp-python plain"], by_mode["spec_actor plain"]
-        for name, value in by_mode.items():
-            print(f"{prompt:7} {name:32} {value:7.1f} {value / lcp if lcp else 0:12.2f}x "
-                  f"{value / sa if sa else 0:11.2f}x")
-        print()
-    if args.json:
-        Path(args.json).write_text(json.dumps({"samples": samples, "median": medians, "settings": vars(args)},
-                                              indent=2))
-    return 0
+    print("decode tokens/s, wall clock from the first token to the last; in brackets the ratio to the same "
+          "engine's plain run\n")
+    print(report_table({"settings": report.data["settings"], "results": results}).plain())
+    return report.finish(args, results)
+
+
+def report_table(report: dict[str, Any]) -> Table:
+    """One row per prompt, one column per engine and mode: median tokens/s (ratio to that engine's plain)."""
+    n = report["settings"]["n_draft"]
+    columns = {"llama-cpp-python plain": "llama-cpp-python plain",
+               "llama-cpp-python prompt-lookup": f"llama-cpp-python prompt lookup ({n})",
+               "spec_actor plain": "spec_actor plain", "spec_actor ngram-mod": f"spec_actor ngram-mod ({n})",
+               "spec_actor ngram-cache": f"spec_actor ngram-cache ({n})"}
+    table = Table(("prompt", *columns.values()), "l" + "r" * len(columns))
+    for prompt, by_mode in report["results"]["median"].items():
+        cells = []
+        for mode in columns:
+            plain = by_mode[mode.split()[0] + " plain"]
+            cells.append(f"{by_mode[mode]:.1f}" + ("" if mode.endswith("plain") or not plain
+                                                    else f" ({by_mode[mode] / plain:.2f}x)"))
+        table.add(prompt, *cells)
+    return table
 
 
 if __name__ == "__main__":

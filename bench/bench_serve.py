@@ -40,7 +40,6 @@ import httpx
 import trio
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 
 from llama_server_build import build_llama_server  # noqa: E402

@@ -79,6 +79,11 @@ sa_status check_feature_drafter(int32_t type, const sa_model & target, const sa_
                         " but target " + target.path + " has " + std::to_string(n_layer) + " layers; use the drafter made for this target");
         }
     }
+    if (type == SA_SPEC_DRAFT_DFLASH && llama_vocab_mask(llama_model_get_vocab(draft.model)) < 0) {
+        // llama.cpp fills the drafted block with the mask token; without one it aborts while drafting
+        return fail(SA_ERR_SPEC, "DFlash drafter " + draft.path + " has no mask token (tokenizer.ggml.mask_token_id); "
+                    "use a DFlash GGUF converted with its mask token");
+    }
     const std::string hidden = model_meta(draft.model, (arch_dft + ".target_hidden_size").c_str());
     const int32_t n_embd = llama_model_n_embd(target.model);
     if (!hidden.empty() && std::atoi(hidden.c_str()) != n_embd) {

@@ -11,6 +11,16 @@ namespace sa {
 
 namespace {
 
+// A draft that a checkpointed target accepted only in part: the target rolls
+// back and re-verifies the accepted prefix (plus the token sampled after it)
+// as the next "draft". Its counts are recorded once, when its tokens commit.
+struct RolledBack {
+    bool active = false;
+    int32_t drafter = 0;     // sa_drafter id of the original draft
+    int32_t n_drafted = 0;   // the original draft's length
+    int32_t n_accepted = 0;  // its tokens accepted so far (re-verification may accept fewer)
+};
+
 // What the drafting phase of one step did.
 struct DraftStep {
     int32_t n_asked = 0;      // draft length asked for (0: a plain step)
@@ -47,6 +57,7 @@ private:
     int32_t n_past_ = 0;
     llama_tokens draft_;
     common_prompt_checkpoint ckpt_;
+    RolledBack rolled_back_;
     int64_t t_start_ = 0;
     int64_t t_decode_start_ = 0;
     int32_t n_emitted_ = 0;
@@ -240,8 +251,13 @@ sa_status Run::loop() {
         const int32_t drafter = n_draft == 0 ? SA_SPEC_NONE : s_.autod ? s_.autod->active() : s_.sparams.type;
 
         if (rolls_back) {
+            if (!rolled_back_.active) {
+                rolled_back_ = {true, drafter, n_draft, n_accepted};
+                if (adaptive_ && d.drafted) s_.adaptive.observe(d.n_asked, n_draft, n_accepted, d.t_draft_us, t_verify);
+            } else {
+                rolled_back_.n_accepted = std::min(rolled_back_.n_accepted, n_accepted);
+            }
             roll_back(std::move(ids), std::move(smpl_save));
-            s_.stats.add_step(drafter, n_draft, n_accepted);
             continue;
         }
 
@@ -250,7 +266,14 @@ sa_status Run::loop() {
         if (adaptive_ && (d.drafted || n_draft == 0)) {
             s_.adaptive.observe(d.n_asked, n_draft, n_accepted, d.t_draft_us, t_verify);
         }
-        s_.stats.add_step(drafter, n_draft, n_accepted);
+        if (rolled_back_.active) {
+            // re-verified: count the original draft once, and of its tokens
+            // those the re-verification kept (not the re-fed sampled token)
+            s_.stats.add_step(rolled_back_.drafter, rolled_back_.n_drafted, std::min(rolled_back_.n_accepted, n_accepted));
+            rolled_back_ = {};
+        } else {
+            s_.stats.add_step(drafter, n_draft, n_accepted);
+        }
         n_past_ += n_accepted;
 
         llama_token eog_id = -1;

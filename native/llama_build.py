@@ -11,7 +11,8 @@ Source, in order of preference:
 
 The build lands in ``$SPEC_ACTOR_CACHE_DIR`` (default
 ``~/.cache/spec_actor``) under a key made of the source hash, the CMake flags
-(``CMAKE_ARGS`` included) and the compiler, so a second install, an editable
+(``CMAKE_ARGS`` included, so e.g. scripts/sanitize.sh's sanitizer flags get
+a build of their own) and the compiler, so a second install, an editable
 install or a CI run on the same machine reuses it instead of recompiling.
 Prints the install prefix (``lib/`` with the shared libraries, ``include/``)
 as its last line.
@@ -20,6 +21,7 @@ as its last line.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import fcntl
 import hashlib
 import os
@@ -29,6 +31,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 LLAMA_CPP_PYTHON_VERSION = "0.3.36"
@@ -196,14 +199,17 @@ def resolve_source(root: Path) -> tuple[Path, str]:
 def ensure_built(cmake: str, generator: str | None, make_program: str | None) -> Path:
     root = cache_root()
     root.mkdir(parents=True, exist_ok=True)
-    with open(root / ".lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with _locked(root / ".lock"):  # fetching and unpacking the source
         src, src_hash = resolve_source(root)
-        user_args = cpu_flags() + shlex.split(os.environ.get("CMAKE_ARGS", ""))
-        key_text = "\n".join([BUILD_RECIPE_VERSION, src_hash, compiler_id(), *LLAMA_CMAKE_FLAGS, *user_args])
-        key = hashlib.sha256(key_text.encode()).hexdigest()[:20]
-        work = root / f"llama-{key}"
-        prefix = work / "prefix"
+    user_args = cpu_flags() + shlex.split(os.environ.get("CMAKE_ARGS", ""))
+    key_text = "\n".join([BUILD_RECIPE_VERSION, src_hash, compiler_id(), *LLAMA_CMAKE_FLAGS, *user_args])
+    key = hashlib.sha256(key_text.encode()).hexdigest()[:20]
+    work = root / f"llama-{key}"
+    prefix = work / "prefix"
+    work.mkdir(exist_ok=True)
+    # One lock per key: a long build (e.g. scripts/sanitize.sh's) does not
+    # hold up installs that reuse another, finished build.
+    with _locked(work / ".lock"):
         if (work / ".done").exists():
             log(f"reusing cached llama.cpp build {work}")
             return prefix
@@ -224,6 +230,14 @@ def ensure_built(cmake: str, generator: str | None, make_program: str | None) ->
         (work / "key.txt").write_text(key_text)
         (work / ".done").write_text("ok")
         return prefix
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    """Hold an exclusive lock on path (created if needed) for the block."""
+    with open(path, "w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        yield
 
 
 def install_tree(src: Path, build: Path, prefix: Path) -> None:

@@ -1,5 +1,7 @@
 // Process-wide setup (backend, logging), models, metadata and the tokenizer.
 #include "shim_internal.h"
+#include "abort_guard.h"
+#include "gguf_check.h"
 
 #include "common.h"
 #include "log.h"
@@ -68,6 +70,17 @@ void print_with_log_level(int level, const std::function<void()> & fn) {
     apply_common_log_level(saved);
 }
 
+const sa_model * model_retain(const sa_model * m) {
+    if (m != nullptr) m->refs.fetch_add(1, std::memory_order_relaxed);
+    return m;
+}
+
+void model_release(const sa_model * m) {
+    if (m == nullptr || m->refs.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+    llama_model_free(m->model);
+    delete m;
+}
+
 }  // namespace sa
 
 using namespace sa;
@@ -113,6 +126,7 @@ sa_status sa_model_load(const char * path, const sa_model_params * params, sa_mo
     }
     *out = nullptr;
     sa_status st = check_gguf_file(path);
+    if (st == SA_OK) st = check_gguf_metadata(path);
     if (st != SA_OK) return st;
     return guarded("loading model", [&]() -> sa_status {
         sa_backend_init();
@@ -123,7 +137,11 @@ sa_status sa_model_load(const char * path, const sa_model_params * params, sa_mo
                             : (mlock ? LLAMA_LOAD_MODE_MLOCK : LLAMA_LOAD_MODE_NONE);
         mp.load_mtp = params->load_mtp != 0;
         mp.vocab_only = params->vocab_only != 0;
-        llama_model * model = llama_model_load_from_file(path, mp);
+        llama_model * model = nullptr;
+        {
+            AbortsAsErrors guard;  // asserts of llama.cpp's loader we do not check above
+            model = llama_model_load_from_file(path, mp);
+        }
         if (model == nullptr) {
             std::string detail = last_native_log_error();
             return fail(SA_ERR_MODEL_LOAD, std::string("llama.cpp could not load ") + path +
@@ -134,11 +152,7 @@ sa_status sa_model_load(const char * path, const sa_model_params * params, sa_mo
     });
 }
 
-void sa_model_free(sa_model * model) {
-    if (model == nullptr) return;
-    llama_model_free(model->model);
-    delete model;
-}
+void sa_model_free(sa_model * model) { model_release(model); }
 
 static void copy_cstr(char * dst, size_t cap, const char * src) {
     std::snprintf(dst, cap, "%s", src ? src : "");

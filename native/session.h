@@ -16,6 +16,8 @@
 struct sa_session {
     sa_model * model = nullptr;
     const sa_model * draft_model = nullptr;
+    // Keep both models alive until the members below them are gone.
+    sa::ModelRef model_ref, draft_ref;
     llama_context * ctx_tgt = nullptr;
     llama_context * ctx_dft = nullptr;
     // The session's own compute threads (docs/decisions/0006): decode, and

@@ -26,6 +26,8 @@ sa_status sa_session_new(sa_model * model, const sa_context_params * cparams, co
         auto s = std::make_unique<sa_session>();
         s->model = model;
         s->draft_model = sparams->draft_model;
+        s->model_ref.reset(model);
+        s->draft_ref.reset(sparams->draft_model);
         s->sparams = *sparams;
         s->sparams.draft_model = nullptr;
         resolve_auto(*s);

@@ -5,13 +5,17 @@
  *  - No C++ exception and no llama.cpp abort crosses it: every entry point
  *    catches, validates its inputs first, and returns an sa_status.
  *  - On failure the message for the calling thread is in sa_last_error().
- *  - Handles are owned by the caller: sa_*_free releases them; a session must
- *    be freed before the model(s) it was made from.
+ *  - Handles are owned by the caller: sa_*_free releases them. A session holds
+ *    a reference on the model(s) it was made from, so they may be freed in
+ *    any order: sa_model_free before sa_session_free only drops the caller's
+ *    reference, and the model goes with its last session.
  *  - sa_session_cancel and sa_session_stats may be called from any thread at
  *    any time, also while sa_session_run is running; they take no lock.
  *
  * This header is parsed by cffi (spec_actor/nif/_build.py): keep it to plain C
- * declarations between the CDEF markers, no preprocessor logic there.
+ * declarations between the CDEF markers, no preprocessor logic there beyond
+ * integer #defines (Python reads those, the enum members and the struct
+ * fields from the compiled library: they are the one source of the schema).
  *
  * EVENT SCHEMA (msgpack, version SA_EVENT_SCHEMA_VERSION)
  *  sa_session_run hands the callback one *batch* per loop step: a msgpack
@@ -25,13 +29,10 @@
  *                                        the EOG token itself is not emitted)
  *    [4, code:int, message:str]          SA_EV_ERROR  native failure (terminal)
  *  A cancelled run emits no terminal event; its status says SA_CANCELLED.
- *  stats map keys (all ints unless noted):
- *    iters, drafts_generated, drafts_accepted, tokens_emitted, prompt_tokens,
- *    n_draft, t_prefill_us, t_draft_us, t_verify_us, t_sample_us, t_total_us,
- *    ttft_us, tokens_per_sec (float), acceptance_rate (float),
- *    accepted_per_pos (array of int), drafted_per_pos (array of int),
- *    drafter (int: sa_drafter id of the latest step), drafter_steps,
- *    drafter_drafted, drafter_accepted (arrays of SA_N_DRAFTERS ints, by drafter id)
+ *  stats map: the fields of sa_stats below, named and typed as there, except
+ *  n_pos (the length of the two per-position arrays, which are cut to it)
+ *  and running (an event always comes from a running loop). sa_stats_map_key
+ *  lists the keys in the order they are written.
  */
 #ifndef SPEC_ACTOR_H
 #define SPEC_ACTOR_H
@@ -43,10 +44,10 @@
 extern "C" {
 #endif
 
-#define SA_EVENT_SCHEMA_VERSION 1
-#define SA_MAX_DRAFT_POS 64
-
 /* CDEF-BEGIN */
+#define SA_EVENT_SCHEMA_VERSION 2
+#define SA_MAX_DRAFT_POS 64         /* length of the per-position stats arrays */
+
 typedef enum {
     SA_OK = 0,
     SA_CANCELLED = 1,          /* run stopped by sa_session_cancel / abort callback */
@@ -188,12 +189,12 @@ typedef struct {
     int32_t running;
     double tokens_per_sec;   /* tokens_emitted / decode wall time, live */
     double acceptance_rate;
-    uint64_t accepted_per_pos[64];
-    uint64_t drafted_per_pos[64];
     int32_t drafter;         /* sa_drafter id of the latest step */
-    uint64_t drafter_steps[12];     /* per drafter id (SA_N_DRAFTERS): steps it drafted (id 0: plain steps) */
-    uint64_t drafter_drafted[12];   /* draft tokens it proposed and were verified */
-    uint64_t drafter_accepted[12];  /* of those, accepted */
+    uint64_t accepted_per_pos[SA_MAX_DRAFT_POS];
+    uint64_t drafted_per_pos[SA_MAX_DRAFT_POS];
+    uint64_t drafter_steps[SA_N_DRAFTERS];     /* per drafter id: steps it drafted (id 0: plain steps) */
+    uint64_t drafter_drafted[SA_N_DRAFTERS];   /* draft tokens it proposed and were verified */
+    uint64_t drafter_accepted[SA_N_DRAFTERS];  /* of those, accepted */
 } sa_stats;
 
 /* Return 0 to continue, non-zero to stop the run (status SA_STOPPED). */
@@ -201,6 +202,10 @@ typedef int (*sa_event_cb)(void * user, const uint8_t * data, size_t len);
 
 const char * sa_last_error(void);
 int32_t sa_event_schema_version(void);
+/* The i-th key of the stats map of the event schema; NULL past the last. */
+const char * sa_stats_map_key(int32_t i);
+/* The name of a speculative type (llama.cpp's, or "auto"); NULL if type is not an sa_spec_type. */
+const char * sa_spec_type_name(int32_t type);
 void sa_backend_init(void);
 void sa_set_log_level(int32_t level);  /* 0 silent, 1 errors, 2 warnings, 3 info, 4 debug */
 const char * sa_system_info(void);
@@ -225,6 +230,10 @@ sa_status sa_tokenize(const sa_model * model, const char * text, int32_t len, in
 sa_status sa_token_piece(const sa_model * model, int32_t token, int32_t special,
                          char * buf, int32_t cap, int32_t * n_out);
 int32_t sa_token_is_eog(const sa_model * model, int32_t token);
+
+/* GBNF checks that llama.cpp's parser lacks (e.g. a {5,2} repetition, which
+ * hangs it); sa_session_run makes them too. SA_ERR_GRAMMAR says what is wrong. */
+sa_status sa_grammar_check(const char * grammar);
 
 sa_status sa_session_new(sa_model * model, const sa_context_params * cparams,
                          const sa_spec_params * sparams, sa_session ** out);
@@ -257,6 +266,13 @@ void sa_session_print_stats(const sa_session * session);
  * tokens and logit(top1) - logit(top2). */
 sa_status sa_testing_top2(sa_session * session, const int32_t * tokens, int32_t n,
                           int32_t * top1, int32_t * top2, float * margin);
+/* Polls sa_session_stats(which) in a tight loop, as fast as a native reader
+ * can, until the session has finished until_requests runs or max_polls polls
+ * were made. Stores each snapshot that differs from the one stored before, up
+ * to cap, in out; *n_out: how many were stored, *n_polls: polls made. */
+sa_status sa_testing_poll_stats(const sa_session * session, int32_t which, uint64_t until_requests,
+                                int64_t max_polls, sa_stats * out, int32_t cap, int32_t * n_out,
+                                int64_t * n_polls);
 /* CDEF-END */
 
 #ifdef __cplusplus

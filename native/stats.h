@@ -1,5 +1,8 @@
-// Lock-free generation statistics: relaxed atomics with a single writer (the
-// thread running the loop) and any number of readers on any thread.
+// Generation statistics: one writer (the thread running the loop), any number
+// of readers on any thread, no lock. Updates are grouped into write sections
+// under a sequence counter (a seqlock), so a reader always copies a
+// consistent snapshot: never accepted > drafted, never per-position counts
+// that disagree with the totals.
 #pragma once
 
 #include "spec_actor.h"
@@ -7,19 +10,40 @@
 
 #include <atomic>
 #include <cstdint>
+#include <type_traits>
 
 namespace sa {
 
+using PerPos = uint64_t[SA_MAX_DRAFT_POS];
+using PerDrafter = uint64_t[SA_N_DRAFTERS];
+
+// The counters of sa_stats, as X(type, name): the one list that declares,
+// resets and copies them.
+#define SA_STATS_COUNTERS(X)                                                                    \
+    X(uint64_t, iters) X(uint64_t, drafts_generated) X(uint64_t, drafts_accepted)               \
+    X(uint64_t, tokens_emitted) X(uint64_t, prompt_tokens) X(uint64_t, requests)                \
+    X(int64_t, t_prefill_us) X(int64_t, t_draft_us) X(int64_t, t_verify_us)                     \
+    X(int64_t, t_sample_us) X(int64_t, t_total_us) X(int64_t, t_decode_us) X(int64_t, ttft_us)
+
+// The arrays of sa_stats, as X(type, name): per draft position (cut to n_pos
+// in the stats map) and per drafter id (sa_drafter; id 0 counts plain steps).
+#define SA_STATS_ARRAYS(X)                                                                      \
+    X(PerPos, accepted_per_pos) X(PerPos, drafted_per_pos)                                      \
+    X(PerDrafter, drafter_steps) X(PerDrafter, drafter_drafted) X(PerDrafter, drafter_accepted)
+
+// The stats map of the event schema (spec_actor.h), in the order written:
+// every sa_stats field but n_pos and running. sa_stats_map_key lists it.
+#define SA_STATS_MAP_FIELDS(X)                                                                  \
+    SA_STATS_COUNTERS(X) X(int32_t, n_draft) X(double, tokens_per_sec) X(double, acceptance_rate) \
+    X(int32_t, drafter) SA_STATS_ARRAYS(X)
+
 struct Counters {
-    std::atomic<uint64_t> iters{0}, drafts_generated{0}, drafts_accepted{0}, tokens_emitted{0};
-    std::atomic<uint64_t> prompt_tokens{0}, requests{0};
-    std::atomic<int64_t> t_prefill_us{0}, t_draft_us{0}, t_verify_us{0}, t_sample_us{0};
-    std::atomic<int64_t> t_total_us{0}, t_decode_us{0}, ttft_us{0};
-    std::atomic<uint64_t> accepted_per_pos[SA_MAX_DRAFT_POS] = {};
-    std::atomic<uint64_t> drafted_per_pos[SA_MAX_DRAFT_POS] = {};
-    std::atomic<uint64_t> drafter_steps[SA_N_DRAFTERS] = {};
-    std::atomic<uint64_t> drafter_drafted[SA_N_DRAFTERS] = {};
-    std::atomic<uint64_t> drafter_accepted[SA_N_DRAFTERS] = {};
+#define SA_DECLARE_COUNTER(type, name) std::atomic<type> name{0};
+    SA_STATS_COUNTERS(SA_DECLARE_COUNTER)
+#undef SA_DECLARE_COUNTER
+#define SA_DECLARE_ARRAY(type, name) std::atomic<uint64_t> name[std::extent_v<type>] = {};
+    SA_STATS_ARRAYS(SA_DECLARE_ARRAY)
+#undef SA_DECLARE_ARRAY
 
     void reset();
     void read(sa_stats * out) const;
@@ -30,15 +54,13 @@ class Stats {
 public:
     Counters total;
     Counters last;
-    std::atomic<int32_t> running{0};
-    std::atomic<int32_t> n_draft{0};
-    std::atomic<int32_t> drafter{0};
 
     template <typename T>
     void add(std::atomic<T> Counters::*field, T v) {
+        begin_write();
         bump(total.*field, v);
         bump(last.*field, v);
-        touched();
+        end_write();
     }
 
     // Draft length in use (the current one under adaptive drafting).
@@ -55,22 +77,25 @@ public:
     void set_elapsed(int64_t now_us, int64_t decode_start_us);
     void end_run();
 
+    // A consistent snapshot (which: 0 cumulative, 1 the last run); any thread.
     void read(int32_t which, sa_stats * out) const;
 
     // Changes with every update: a reader that saw the same version twice
-    // may reuse what it read the first time. Read it before the counters.
-    uint64_t version() const { return version_.load(std::memory_order_acquire); }
+    // may reuse what it read the first time. Odd while an update is under way.
+    uint64_t version() const { return seq_.load(std::memory_order_acquire); }
 
 private:
-    std::atomic<uint64_t> version_{0};
+    std::atomic<uint64_t> seq_{0};  // odd inside a write section
+    std::atomic<int32_t> running_{0};
+    std::atomic<int32_t> n_draft_{0};
+    std::atomic<int32_t> drafter_{0};  // sa_drafter id of the latest step
 
     int64_t run_start_us_ = 0;
     int64_t base_total_us_ = 0;
     int64_t base_decode_us_ = 0;
 
-    // Publish the updates made so far (release: a reader that sees the new
-    // version also sees them).
-    void touched() { version_.store(version_.load(std::memory_order_relaxed) + 1, std::memory_order_release); }
+    void begin_write();
+    void end_write();
 
     template <typename T>
     static void bump(std::atomic<T> & a, T v) {

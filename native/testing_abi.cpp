@@ -5,6 +5,7 @@
 
 #include "common.h"
 
+#include <cstring>
 #include <utility>
 
 using namespace sa;
@@ -46,3 +47,25 @@ sa_status sa_testing_top2(sa_session * s, const int32_t * tokens, int32_t n, int
 }
 
 }  // extern "C"
+
+extern "C" sa_status sa_testing_poll_stats(const sa_session * s, int32_t which, uint64_t until_requests, int64_t max_polls,
+                                           sa_stats * out, int32_t cap, int32_t * n_out, int64_t * n_polls) {
+    if (s == nullptr || out == nullptr || n_out == nullptr || n_polls == nullptr || cap < 1 || (which != 0 && which != 1)) {
+        return fail(SA_ERR_INVALID_ARG, "sa_testing_poll_stats: null argument, cap < 1 or which not 0/1");
+    }
+    int32_t n = 0;
+    int64_t polls = 0;
+    sa_stats snap, total;
+    while (polls < max_polls) {
+        s->stats.read(which, &snap);
+        ++polls;
+        if (n < cap && (n == 0 || std::memcmp(&snap, &out[n - 1], sizeof snap) != 0)) out[n++] = snap;
+        if (polls % 256 == 0) {
+            s->stats.read(0, &total);
+            if (total.requests >= until_requests && !total.running) break;
+        }
+    }
+    *n_out = n;
+    *n_polls = polls;
+    return SA_OK;
+}

@@ -22,6 +22,7 @@ from ._errors import (
     SpecError,
 )
 from ._events import Done, Eog, Error, Event, Stats, Token
+from ._guards import WrongContextError
 from ._model import Model, ModelInfo, default_model_path, load_model
 from ._pool import ActorPool, open_pool
 from ._sampling import Sampling
@@ -68,6 +69,7 @@ __all__ = [
     "TextStream",
     "Timings",
     "Token",
+    "WrongContextError",
     "default_model_path",
     "load_model",
     "open_actor",

@@ -15,6 +15,7 @@ import trio
 from ._errors import ActorClosedError, ConfigError, QueueFullError, SpecActorError
 from ._events import Event
 from ._groups import unwrap_groups
+from ._guards import ensure_trio
 from ._model import Model
 from ._options import RequestOptions
 from ._request import EMPTY_STATS, STARTED, Request, State
@@ -314,6 +315,7 @@ async def open_actor(model: Model, *, spec: Spec | str = DEFAULT_SPEC, n_ctx: in
     waits for the worker thread to return, then frees the native session.
     Requests made after that raise `ActorClosedError`.
     """
+    ensure_trio("open_actor")
     check_int("max_queue", max_queue, 1, hint="it counts the requests that may wait, the next one included")
     check_int("stream_buffer", stream_buffer, 1, hint="the channel needs room for at least one loop step")
     unknown = context_options.keys() - set(_CONTEXT_OPTIONS)

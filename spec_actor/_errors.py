@@ -1,9 +1,10 @@
-"""The spec_actor exception hierarchy and the map from native status codes.
+"""The spec_actor exception hierarchy.
 
 Every error the library raises is a `SpecActorError`, so callers can catch
 them plainly (``except spec_actor.SpecActorError``). Errors that come from the
 native shim carry its ``sa_status`` as `SpecActorError.code`;
-`error_for_status` is the one place that turns a status into an exception.
+``nif._check.error_for_status`` is the one place that turns a status into an
+exception.
 """
 
 from __future__ import annotations
@@ -24,7 +25,6 @@ __all__ = [
     "QueueFullError",
     "SpecActorError",
     "SpecError",
-    "error_for_status",
 ]
 
 
@@ -116,33 +116,3 @@ class QueueFullError(SpecActorError):
 
 class GenerationTimeout(SpecActorError, builtins.TimeoutError):
     """Raised when a generation does not finish within its time limit."""
-
-
-# sa_status -> exception class; the one mapping from native codes. Codes not
-# listed here (SA_ERR_BUFFER 17, SA_ERR_INTERNAL 18, unknown) map to the base.
-_STATUS_ERRORS: dict[int, type[SpecActorError]] = {
-    10: ConfigError,  # SA_ERR_INVALID_ARG
-    11: ModelLoadError,  # SA_ERR_MODEL_LOAD
-    12: ContextError,  # SA_ERR_CONTEXT
-    13: SpecError,  # SA_ERR_SPEC
-    14: PromptError,  # SA_ERR_PROMPT
-    15: GrammarError,  # SA_ERR_GRAMMAR
-    16: DecodeError,  # SA_ERR_DECODE
-}
-
-
-def error_for_status(code: int, message: str) -> SpecActorError:
-    """Return (not raise) the exception for a failed native ``sa_status``.
-
-    Args:
-        code: The status a native call returned; callers pass failures only
-            (not SA_OK, SA_CANCELLED or SA_STOPPED).
-        message: The native message (``sa_last_error()``); when empty, a
-            message naming the status is used instead.
-
-    Returns:
-        An instance of the class mapped to ``code``, or of `SpecActorError`
-        for codes without a more specific class; its ``code`` is ``code``.
-    """
-    cls = _STATUS_ERRORS.get(code, SpecActorError)
-    return cls(message or f"native call failed with sa_status {code}", code)

@@ -14,8 +14,14 @@ from typing import Literal, NamedTuple, Union, final
 
 import msgpack
 
-from ._errors import ConfigError, EventDecodeError, SpecActorError, error_for_status
+from ._errors import ConfigError, EventDecodeError, SpecActorError
 from ._stats import StatsSnapshot
+from .nif._check import error_for_status
+from .nif.schema import EV_DONE as SA_EV_DONE
+from .nif.schema import EV_EOG as SA_EV_EOG
+from .nif.schema import EV_ERROR as SA_EV_ERROR
+from .nif.schema import EV_STATS as SA_EV_STATS
+from .nif.schema import EV_TOKEN as SA_EV_TOKEN
 
 __all__ = [
     "TERMINAL",
@@ -29,9 +35,6 @@ __all__ = [
     "Stats",
     "Token",
 ]
-
-SA_EV_TOKEN, SA_EV_STATS, SA_EV_DONE, SA_EV_EOG, SA_EV_ERROR = range(5)
-
 
 @final
 @dataclass(frozen=True, slots=True)
@@ -115,14 +118,14 @@ class RawToken(NamedTuple):
 RawEvent = Union[RawToken, Stats, Done, Eog, Error]
 """What `BatchDecoder.decode` returns for each event."""
 
-# Per event kind (the index): its name, its schema and its field types.
-_SCHEMA: tuple[tuple[str, str, tuple[type, ...]], ...] = (
-    ("token", "[0, token_id:int, piece:bin]", (int, bytes)),
-    ("stats", "[1, stats:map]", (dict,)),
-    ("done", "[2, stats:map]", (dict,)),
-    ("eog", "[3, stats:map, eog_token_id:int]", (dict, int)),
-    ("error", "[4, code:int, message:str]", (int, str)),
-)
+# Per event kind: its name, its schema and its field types.
+_SCHEMA: dict[int, tuple[str, str, tuple[type, ...]]] = {
+    SA_EV_TOKEN: ("token", f"[{SA_EV_TOKEN}, token_id:int, piece:bin]", (int, bytes)),
+    SA_EV_STATS: ("stats", f"[{SA_EV_STATS}, stats:map]", (dict,)),
+    SA_EV_DONE: ("done", f"[{SA_EV_DONE}, stats:map]", (dict,)),
+    SA_EV_EOG: ("eog", f"[{SA_EV_EOG}, stats:map, eog_token_id:int]", (dict, int)),
+    SA_EV_ERROR: ("error", f"[{SA_EV_ERROR}, code:int, message:str]", (int, str)),
+}
 _TERMINAL_NAMES: dict[type, str] = {Done: "done", Eog: "eog", Error: "error"}
 
 
@@ -173,8 +176,8 @@ def _decode_other(ev: object) -> RawEvent:
     if type(ev) is not list or not ev:
         raise EventDecodeError(f"expected a non-empty array, found {_describe(ev)}")
     kind = ev[0]
-    if type(kind) is not int or not 0 <= kind < len(_SCHEMA):
-        raise EventDecodeError(f"expected an event kind from 0 to {len(_SCHEMA) - 1}, found {_describe(kind)}")
+    if type(kind) is not int or kind not in _SCHEMA:
+        raise EventDecodeError(f"expected an event kind from {min(_SCHEMA)} to {max(_SCHEMA)}, found {_describe(kind)}")
     name, shape, types = _SCHEMA[kind]
     fields = ev[1:]
     if len(fields) != len(types) or any(type(f) is not t for f, t in zip(fields, types)):

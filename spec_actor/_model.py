@@ -71,8 +71,15 @@ class Model:
     """A GGUF model loaded by llama.cpp, shared by any number of actors.
 
     Thread-safety: a Model is immutable after loading; sessions on any thread
-    may use it. ``close()`` drops this object's reference to the native model;
-    the weights are freed once no session uses them.
+    may use it.
+
+    Lifetime: every session, actor and pool made from a model holds its own
+    reference to the native model, so ``close()`` never waits and never
+    frees weights in use: it closes this object (later use of it, its
+    tokenizer or a new actor on it raises `ModelLoadError`) and the weights
+    are freed when the last actor made from it closes, or at once if none
+    is open (docs/decisions/0010). Garbage collection in any order is safe.
+    ``info`` and ``chat_template()`` stay readable after ``close()``.
     """
 
     def __init__(self, handle: Any, path: str, mtp_loaded: bool) -> None:
@@ -81,13 +88,20 @@ class Model:
         raw.pop("token_bos"), raw.pop("token_eos"), raw.pop("vocab_type"), raw.pop("add_bos")
         raw["is_recurrent"] = bool(raw["is_recurrent"])
         self.info = ModelInfo(path=path, mtp_loaded=mtp_loaded, **raw)
+        # Read once: immutable, and actors format chats after close() too.
+        self._chat_template = _nm.chat_template(handle)
         self.tokenizer = Tokenizer(self)
 
     @property
     def handle(self) -> Any:
-        """The native handle (for spec_actor's own layers)."""
+        """The native handle (for spec_actor's own layers).
+
+        Raises:
+            ModelLoadError: the model is closed.
+        """
         if self._handle is None:
-            raise ModelLoadError(f"model {self.info.path} is closed")
+            raise ModelLoadError(f"model {self.info.path} is closed; load it again with load_model() "
+                                 "to tokenize with it or open actors on it")
         return self._handle
 
     @property
@@ -100,7 +114,7 @@ class Model:
 
     def chat_template(self) -> str:
         """The model's chat template text, or '' if it has none."""
-        return _nm.chat_template(self.handle)
+        return self._chat_template
 
     def apply_chat_template(self, messages: Sequence[Message], *, template: str | None = None,
                             add_generation_prompt: bool = True) -> str:
@@ -137,9 +151,13 @@ class Model:
         return _nm.meta(self.handle, key)
 
     def close(self) -> None:
-        """Release this reference to the native model (idempotent)."""
+        """Close this object and drop its reference to the native model (idempotent).
+
+        Never waits: actors, pools and sessions still open on the model keep
+        their own references and keep working; the weights are freed with
+        the last of them.
+        """
         self._handle = None
-        self.tokenizer = None  # type: ignore[assignment]
 
     def __enter__(self) -> Model:
         return self

@@ -9,11 +9,12 @@ from typing import Any, final
 
 from ._actor import DEFAULT_STREAM_BUFFER, GenerationActor, open_actor
 from ._errors import ActorClosedError
+from ._guards import ensure_trio
 from ._model import Model
 from ._options import RequestOptions
 from ._request import Request
 from ._spec import DEFAULT_SPEC, Spec
-from ._stats import DrafterStats, StatsSnapshot, Timings
+from ._stats import StatsSnapshot, sum_snapshots
 from ._validate import check_int
 from .streams import StreamSource
 
@@ -101,41 +102,8 @@ class ActorPool(StreamSource):
 
 def sum_stats(snaps: Sequence[StatsSnapshot]) -> StatsSnapshot:
     """Add up the snapshots of several actors (see `ActorPool.stats`)."""
-    width = max(len(s.accepted_per_pos) for s in snaps)
+    return sum_snapshots(snaps)
 
-    def per_pos(name: str) -> tuple[int, ...]:
-        return tuple(sum(getattr(s, name)[i] if i < len(getattr(s, name)) else 0 for s in snaps)
-                     for i in range(width))
-
-    def total(name: str) -> int:
-        return sum(getattr(s, name) for s in snaps)
-
-    generated, accepted = total("drafts_generated"), total("drafts_accepted")
-    return StatsSnapshot(
-        iters=total("iters"), drafts_generated=generated, drafts_accepted=accepted,
-        acceptance_rate=accepted / generated if generated else 0.0,
-        tokens_emitted=total("tokens_emitted"),
-        tokens_per_sec=sum(s.tokens_per_sec for s in snaps),
-        timing_us=Timings(*(sum(getattr(s.timing_us, f) for s in snaps)
-                            for f in ("prefill", "draft", "verify", "sample", "total"))),
-        ttft_us=max(s.ttft_us for s in snaps), prompt_tokens=total("prompt_tokens"),
-        n_draft=max(s.n_draft for s in snaps), accepted_per_pos=per_pos("accepted_per_pos"),
-        drafted_per_pos=per_pos("drafted_per_pos"), requests=total("requests"),
-        running=any(s.running for s in snaps), decode_us=total("decode_us"),
-        drafter=max(snaps, key=lambda s: s.tokens_emitted).drafter,
-        drafters=_sum_drafters(snaps, total("tokens_emitted")),
-    )  # fmt: skip
-
-
-def _sum_drafters(snaps: Sequence[StatsSnapshot], tokens: int) -> tuple[DrafterStats, ...]:
-    sums: dict[str, list[int]] = {}
-    for snap in snaps:
-        for d in snap.drafters:
-            row = sums.setdefault(d.name, [0, 0, 0])
-            row[0] += d.steps
-            row[1] += d.drafted
-            row[2] += d.accepted
-    return tuple(DrafterStats(name, n, d, a, a / tokens if tokens else 0.0) for name, (n, d, a) in sums.items())
 
 
 @asynccontextmanager
@@ -154,6 +122,7 @@ async def open_pool(model: Model, *, size: int = 2, spec: Spec | str = DEFAULT_S
     closes every actor at once (each as `open_actor` describes) and waits
     for all their worker threads.
     """
+    ensure_trio("open_pool")
     check_int("size", size, 1, hint="a pool needs at least one actor")
     if n_threads is None:
         n_threads = max(1, (os.cpu_count() or 1) // size)

@@ -9,6 +9,7 @@ from typing import Any, final
 
 from ._errors import ConfigError
 from ._validate import check_float, check_int
+from .nif.grammar import check_grammar
 
 __all__ = ["LLAMA_DEFAULT_SEED", "Sampling"]
 
@@ -45,6 +46,9 @@ class Sampling:
 
     Raises:
         ConfigError: A value is out of range; the message says what to change.
+        GrammarError: The grammar has a fault that llama.cpp's parser cannot
+            survive, such as a repetition ``{5,2}``; other grammar errors
+            are reported when the request runs.
     """
 
     temp: float = 0.0
@@ -80,6 +84,8 @@ class Sampling:
                 f"grammar={self.grammar!r} is invalid: expected non-empty GBNF text without NUL "
                 "characters, or None for no grammar"
             )
+        if self.grammar is not None:
+            check_grammar(self.grammar)
         if not isinstance(self.grammar_root, str) or not _ROOT_RE.fullmatch(self.grammar_root):
             raise ConfigError(
                 f"grammar_root={self.grammar_root!r} is invalid: expected a rule name of letters, "
@@ -102,31 +108,17 @@ class Sampling:
             )
         return cls(**opts)
 
-    def fill(self, struct: Any, ffi: Any, keepalive: list[Any]) -> None:
-        """Write these settings into a cffi ``sa_sampling_params *``.
+    def native_params(self) -> dict[str, int | float | str | None]:
+        """These settings as plain values named as the native ``sa_sampling_params`` fields.
 
-        The grammar strings are allocated with ``ffi`` and appended to
-        ``keepalive``, which the caller must keep alive as long as the struct
-        is in use. Without a grammar, ``grammar`` is NULL.
+        The grammar is text (None: no grammar); the nif layer packs them.
         """
-        struct.temp = self.temp
-        struct.top_k = self.top_k
-        struct.top_p = self.top_p
-        struct.min_p = self.min_p
-        struct.seed = self.seed
-        struct.penalty_last_n = self.penalty_last_n
-        struct.penalty_repeat = self.repeat_penalty
-        struct.penalty_freq = self.frequency_penalty
-        struct.penalty_present = self.presence_penalty
-        if self.grammar is None:
-            struct.grammar = ffi.NULL
-        else:
-            grammar = ffi.new("char[]", self.grammar.encode("utf-8"))
-            keepalive.append(grammar)
-            struct.grammar = grammar
-        root = ffi.new("char[]", self.grammar_root.encode("ascii"))
-        keepalive.append(root)
-        struct.grammar_root = root
+        return {
+            "temp": self.temp, "top_k": self.top_k, "top_p": self.top_p, "min_p": self.min_p,
+            "seed": self.seed, "penalty_last_n": self.penalty_last_n, "penalty_repeat": self.repeat_penalty,
+            "penalty_freq": self.frequency_penalty, "penalty_present": self.presence_penalty,
+            "grammar": self.grammar, "grammar_root": self.grammar_root,
+        }  # fmt: skip
 
 
 _OPTION_NAMES_ORDERED = tuple(f.name for f in dataclasses.fields(Sampling))

@@ -6,13 +6,15 @@ import os
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
-from ._errors import ConfigError, PromptError
+from ._errors import ActorClosedError, ConfigError, PromptError
 from ._events import TERMINAL, BatchDecoder, Done, Eog, Error, Event, RawToken, Token
+from ._guards import check_token_ids
 from ._model import Model, load_model
 from ._sampling import Sampling
 from ._spec import DEFAULT_SPEC, Spec
 from ._stats import StatsSnapshot
 from ._utf8 import Utf8Stream
+from .nif import model as _nm
 from .nif import session as _ns
 from .nif import testing as _nt
 
@@ -105,8 +107,11 @@ class Session:
         if isinstance(draft, (str, os.PathLike)):
             draft = self._owned_draft = load_model(draft)
         self.draft_model: Model | None = draft
+        # Our own reference: a text prompt still tokenizes after model.close(),
+        # and the native session holds the model(s) alive as long as it lives.
+        self._model_handle = model.handle
         self._handle = _ns.new(
-            model.handle, spec=self.spec,
+            self._model_handle, spec=self.spec.native_params(),
             draft_model=draft.handle if draft is not None else None,
             n_ctx=n_ctx, n_batch=n_batch, n_ubatch=min(n_ubatch, n_batch),
             n_threads=_threads(n_threads), n_threads_batch=_threads(n_threads_batch or n_threads),
@@ -127,11 +132,13 @@ class Session:
                  parse_special: bool = False) -> list[int]:
         """Token ids for a prompt, checked against this session's context."""
         if isinstance(prompt, str):
-            tokens = self.model.tokenizer.encode(prompt, add_special=add_special, parse_special=parse_special)
+            tokens = _nm.tokenize(self._live_model_handle(), prompt, add_special=add_special,
+                                  parse_special=parse_special)
             if not prompt:
                 tokens = []
         elif isinstance(prompt, Sequence) and all(isinstance(t, int) for t in prompt):
             tokens = list(prompt)
+            check_token_ids(tokens, self.model.info.n_vocab)
         else:
             raise PromptError(f"prompt must be a str or a sequence of token ids, not {type(prompt).__name__}")
         if not tokens:
@@ -163,17 +170,19 @@ class Session:
         if clear_cancel:
             self.clear_cancel()
         collector = _Collector(self._decoder, on_events)
-        status = _ns.run(self._handle, tokens, max_tokens=max_tokens, emit_stats_every=emit_stats_every,
-                         sampling=sampling, on_batch=collector)
+        status = _ns.run(self._live(), tokens, max_tokens=max_tokens, emit_stats_every=emit_stats_every,
+                         sampling=sampling.native_params(), on_batch=collector)
         return collector.result(status, self.last_stats())
 
     def cancel(self) -> None:
-        """Stop the current run as soon as possible (any thread, lock-free)."""
-        _ns.cancel(self._handle)
+        """Stop the current run as soon as possible (any thread, lock-free; no-op once closed)."""
+        handle = self._handle
+        if handle is not None:
+            _ns.cancel(handle)
 
     def clear_cancel(self) -> None:
         """Re-arm after a cancel so the next run proceeds."""
-        _ns.clear_cancel(self._handle)
+        _ns.clear_cancel(self._live())
 
     # -- statistics -----------------------------------------------------------
 
@@ -190,24 +199,25 @@ class Session:
         # milliseconds, pollers ask far more often) the last one is reused:
         # one native call instead of building a new snapshot. The version is
         # read first, so a cached snapshot is never older than its version.
-        version = _ns.stats_version(self._handle)
+        handle = self._live()
+        version = _ns.stats_version(handle)
         cached_version, snapshot = self._snapshots[which]
         if cached_version != version or snapshot is None:
-            snapshot = _ns.stats(self._handle, which)
+            snapshot = StatsSnapshot.from_fields(**_ns.stats(handle, which))
             self._snapshots[which] = (version, snapshot)
         return snapshot
 
     def forget(self) -> None:
         """Drop the cross-request memory; the next run starts with none (any thread, lock-free)."""
-        _ns.forget(self._handle)
+        _ns.forget(self._live())
 
     def memory_usage(self) -> tuple[int, int]:
         """(tokens, bytes) held by the cross-request memory as of the end of the last run."""
-        return _ns.memory_usage(self._handle)
+        return _ns.memory_usage(self._live())
 
     def print_stats(self) -> None:
         """Print the speculative summary (per drafter under auto) and llama.cpp's performance summary to stderr."""
-        _ns.print_stats(self._handle)
+        _ns.print_stats(self._live())
 
     def top2(self, tokens: Sequence[int]) -> tuple[int, int, float]:
         """Test probe: (top-1, top-2, logit margin) of the next token after tokens.
@@ -216,9 +226,20 @@ class Session:
         progress). For tests and benchmarks that judge near-ties of greedy
         decoding; generation never calls it.
         """
-        return _nt.top2(self._handle, list(tokens))
+        return _nt.top2(self._live(), list(tokens))
 
     # -- lifetime -------------------------------------------------------------
+
+    def _live(self) -> Any:
+        """The native session, or ActorClosedError once closed."""
+        handle = self._handle
+        if handle is None:
+            raise ActorClosedError("the session is closed; open a new one (or a new actor) to generate")
+        return handle
+
+    def _live_model_handle(self) -> Any:
+        self._live()
+        return self._model_handle
 
     @property
     def closed(self) -> bool:
@@ -227,6 +248,7 @@ class Session:
     def close(self) -> None:
         """Free the native contexts (idempotent). Not while a run is in progress."""
         self._handle = None
+        self._model_handle = None
         if self._owned_draft is not None:
             self._owned_draft.close()
             self._owned_draft = None

@@ -8,10 +8,11 @@ from typing import Any, Literal, final
 
 from ._errors import ConfigError
 from ._validate import check_float, check_int
+from .nif import schema
 
 __all__ = ["AUTO_N_DRAFT_CEILING", "DEFAULT_SPEC", "SA_MAX_DRAFT_POS", "SPEC_TYPES", "Spec"]
 
-SA_MAX_DRAFT_POS = 64
+SA_MAX_DRAFT_POS = schema.MAX_DRAFT_POS
 """The most tokens one step may draft (the native per-position stats size)."""
 
 AUTO_N_DRAFT_CEILING = 16
@@ -20,22 +21,23 @@ draft only what a step asks for (draft-simple and the n-gram types)."""
 
 _NGRAM_MAX = 1024  # the range llama.cpp's command line accepts for n-gram sizes
 
-# Canonical name -> (sa_spec_type value, default n_draft). Model drafts
+# Canonical name -> default n_draft. The names are llama.cpp's; the nif layer
+# maps them to native values (tests check both lists agree). Model drafts
 # (a draft model, EAGLE3, MTP, DFlash) default to 3 tokens: each costs a
 # forward pass of the drafter. N-gram lookups are nearly free: 8. "auto"'s
 # n_draft is the ceiling of its online choice (docs/decisions/0024).
-_TYPES: dict[str, tuple[int, int]] = {
-    "none": (0, 0),
-    "draft-simple": (1, 3),
-    "draft-eagle3": (2, 3),
-    "draft-mtp": (3, 3),
-    "draft-dflash": (4, 3),
-    "ngram-simple": (5, 8),
-    "ngram-map-k": (6, 8),
-    "ngram-map-k4v": (7, 8),
-    "ngram-mod": (8, 8),
-    "ngram-cache": (9, 8),
-    "auto": (10, 32),
+_TYPES: dict[str, int] = {
+    "none": 0,
+    "draft-simple": 3,
+    "draft-eagle3": 3,
+    "draft-mtp": 3,
+    "draft-dflash": 3,
+    "ngram-simple": 8,
+    "ngram-map-k": 8,
+    "ngram-map-k4v": 8,
+    "ngram-mod": 8,
+    "ngram-cache": 8,
+    "auto": 32,
 }
 _ALIASES = {"mtp": "draft-mtp", "draft": "draft-simple", "eagle3": "draft-eagle3", "dflash": "draft-dflash"}
 _NEEDS_DRAFT_MODEL = frozenset({"draft-simple", "draft-eagle3", "draft-dflash"})
@@ -120,7 +122,7 @@ class Spec:
         name = _canonical(self.type)
         set_ = object.__setattr__
         set_(self, "type", name)
-        default_n = _TYPES[name][1]
+        default_n = _TYPES[name]
         if self.n_draft is None or (name == "auto" and self.n_draft == "auto"):
             set_(self, "n_draft", default_n)
         elif self.n_draft == "auto":
@@ -147,11 +149,6 @@ class Spec:
             )
 
     @property
-    def native_type(self) -> int:
-        """The ``sa_spec_type`` value of this type."""
-        return _TYPES[self.type][0]
-
-    @property
     def adaptive(self) -> bool:
         """Whether the draft length is tuned online (``n_draft="auto"``, or type ``auto``)."""
         return self.n_draft == "auto" or self.is_auto
@@ -167,7 +164,7 @@ class Spec:
         n = self.n_draft
         if isinstance(n, int):
             return n
-        return _TYPES[self.type][1] if self.type in _DRAFTS_FULL_LENGTH else AUTO_N_DRAFT_CEILING
+        return _TYPES[self.type] if self.type in _DRAFTS_FULL_LENGTH else AUTO_N_DRAFT_CEILING
 
     @property
     def needs_draft_model(self) -> bool:
@@ -191,29 +188,25 @@ class Spec:
                 f"it must be at least {self.max_draft + 1} (n_draft + 1)"
             )
 
-    def fill(self, struct: Any) -> None:
-        """Write these settings into a cffi ``sa_spec_params *``.
+    def native_params(self) -> dict[str, int | float | str]:
+        """These settings as plain values named as the native ``sa_spec_params`` fields.
 
-        ``draft_model`` is left alone: the caller sets the native pointer.
+        ``type`` is the canonical name; ``draft_model`` is not included (the
+        session passes the loaded model's handle). The nif layer packs them.
         """
-        struct.type = self.native_type
-        struct.n_draft = self.max_draft
-        struct.n_min = self.n_min
-        struct.p_min = self.p_min
-        struct.p_split = self.p_split
-        struct.adaptive = int(self.adaptive)
-        struct.ngram_size_n = self.ngram_size_n
-        struct.ngram_size_m = self.ngram_size_m
-        struct.ngram_min_hits = self.ngram_min_hits
-        struct.ngram_mod_n_match = self.ngram_mod_n_match
-        struct.ngram_mod_n_min = self.ngram_mod_n_min
-        struct.ngram_mod_n_max = self.ngram_mod_n_max
+        return {
+            "type": self.type, "n_draft": self.max_draft, "n_min": self.n_min, "p_min": self.p_min,
+            "p_split": self.p_split, "adaptive": int(self.adaptive), "ngram_size_n": self.ngram_size_n,
+            "ngram_size_m": self.ngram_size_m, "ngram_min_hits": self.ngram_min_hits,
+            "ngram_mod_n_match": self.ngram_mod_n_match, "ngram_mod_n_min": self.ngram_mod_n_min,
+            "ngram_mod_n_max": self.ngram_mod_n_max,
+        }  # fmt: skip
 
     def __repr__(self) -> str:
         parts = [repr(self.type)]
         for f in dataclasses.fields(self)[1:]:
             value = getattr(self, f.name)
-            default = _TYPES[self.type][1] if f.name == "n_draft" else f.default
+            default = _TYPES[self.type] if f.name == "n_draft" else f.default
             if value != default or type(value) is not type(default):
                 parts.append(f"{f.name}={value!r}")
         return f"Spec({', '.join(parts)})"

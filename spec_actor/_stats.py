@@ -7,55 +7,32 @@ A `StatsSnapshot` is built either from the stats map of a native event
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import astuple, dataclass, fields
 from typing import Any, final
 
 from ._errors import EventDecodeError
-from .nif._raw import ffi, lib
+from .nif import schema
 
-__all__ = ["DRAFTER_NAMES", "NATIVE_FIELDS", "SA_MAX_DRAFT_POS", "DrafterStats", "StatsSnapshot", "Timings"]
+__all__ = ["DRAFTER_NAMES", "NATIVE_FIELDS", "SA_MAX_DRAFT_POS", "DrafterStats", "StatsSnapshot", "Timings", "sum_snapshots"]
 
-SA_MAX_DRAFT_POS = 64
+SA_MAX_DRAFT_POS = schema.MAX_DRAFT_POS
 """Length of the per-position arrays in the native ``sa_stats`` struct."""
 
-NATIVE_FIELDS: tuple[str, ...] = (
-    "iters", "drafts_generated", "drafts_accepted", "tokens_emitted",
-    "prompt_tokens", "requests", "t_prefill_us", "t_draft_us", "t_verify_us",
-    "t_sample_us", "t_total_us", "t_decode_us", "ttft_us", "n_draft", "n_pos",
-    "running", "tokens_per_sec", "acceptance_rate", "accepted_per_pos",
-    "drafted_per_pos", "drafter", "drafter_steps", "drafter_drafted", "drafter_accepted",
-)  # fmt: skip
+NATIVE_FIELDS: tuple[str, ...] = schema.STATS_FIELDS
 """The ``sa_stats`` field names, which are the keyword names of `StatsSnapshot.from_fields`."""
 
-DRAFTER_NAMES: tuple[str, ...] = tuple(
-    ffi.string(lib.sa_drafter_name(i)).decode() for i in range(lib.SA_N_DRAFTERS)
-)
+DRAFTER_NAMES: tuple[str, ...] = schema.DRAFTER_NAMES
 """Drafter names by native drafter id: llama.cpp's speculative type names
 (``"none"`` counts plain steps) and ``"memory"``, the cross-request memory;
 the id of ``auto`` itself has the name ``""``."""
 
-# Stats map keys of the event schema: key -> accepted value types.
-_INT = (int,)
-_NUM = (int, float)
-_REQUIRED: dict[str, tuple[type, ...]] = {
-    "iters": _INT, "drafts_generated": _INT, "drafts_accepted": _INT,
-    "tokens_emitted": _INT, "prompt_tokens": _INT, "n_draft": _INT,
-    "t_prefill_us": _INT, "t_draft_us": _INT, "t_verify_us": _INT,
-    "t_sample_us": _INT, "t_total_us": _INT, "ttft_us": _INT,
-    "tokens_per_sec": _NUM, "acceptance_rate": _NUM,
-    "accepted_per_pos": (list,), "drafted_per_pos": (list,),
-}  # fmt: skip
-# Keys a map may leave out, with the value used then.
-_OPTIONAL: dict[str, tuple[tuple[type, ...], object]] = {
-    "requests": (_INT, 0),
-    "running": ((bool, int), False),
-    "t_decode_us": (_INT, 0),
-    "drafter": (_INT, 0),
-    "drafter_steps": ((list,), ()),
-    "drafter_drafted": ((list,), ()),
-    "drafter_accepted": ((list,), ()),
+# Stats map keys of the event schema, all required: key -> accepted value types.
+_KIND_TYPES: dict[str, tuple[type, ...]] = {"int": (int,), "float": (int, float), "array": (list,)}
+_MAP_TYPES: dict[str, tuple[type, ...]] = {
+    key: _KIND_TYPES[schema.stats_field_kind(key)] for key in schema.STATS_MAP_KEYS
 }
+_ARRAY_KEYS = tuple(key for key in schema.STATS_MAP_KEYS if schema.stats_field_kind(key) == "array")
 
 
 @final
@@ -213,9 +190,9 @@ class StatsSnapshot:
     def from_map(cls, d: Mapping[str, Any]) -> StatsSnapshot:
         """Build a snapshot from the stats map of a native event.
 
-        The keys are those of the event schema in ``native/spec_actor.h``;
-        ``requests``, ``running`` and ``t_decode_us`` may be absent (0, False,
-        0). Float fields accept ints too.
+        The keys are those of the event schema in ``native/spec_actor.h``
+        (`nif.schema.STATS_MAP_KEYS`), all required; ``running`` is False.
+        Float fields accept ints too.
 
         Raises:
             EventDecodeError: ``d`` is not a map, or a key is missing, unknown
@@ -223,27 +200,19 @@ class StatsSnapshot:
         """
         if not isinstance(d, Mapping):
             raise EventDecodeError(f"stats: expected a map, found {type(d).__name__}")
-        missing = _REQUIRED.keys() - d.keys()
+        missing = _MAP_TYPES.keys() - d.keys()
         if missing:
             raise EventDecodeError(f"stats map: missing key(s) {sorted(missing)}")
-        unknown = d.keys() - _REQUIRED.keys() - _OPTIONAL.keys()
+        unknown = d.keys() - _MAP_TYPES.keys()
         if unknown:
             raise EventDecodeError(f"stats map: unknown key(s) {sorted(map(str, unknown))}")
-        for key, types in _REQUIRED.items():
+        for key, types in _MAP_TYPES.items():
             _check_type(key, d[key], types)
-        kw = dict(d)
-        for key, (types, default) in _OPTIONAL.items():
-            if key in kw:
-                _check_type(key, kw[key], types)
-            else:
-                kw[key] = default
-        for key, most in (("accepted_per_pos", SA_MAX_DRAFT_POS), ("drafted_per_pos", SA_MAX_DRAFT_POS),
-                          ("drafter_steps", len(DRAFTER_NAMES)), ("drafter_drafted", len(DRAFTER_NAMES)),
-                          ("drafter_accepted", len(DRAFTER_NAMES))):
-            values = kw[key]
+        for key in _ARRAY_KEYS:
+            values, most = d[key], schema.stats_array_length(key)
             if len(values) > most or any(type(v) is not int for v in values):
                 raise EventDecodeError(f"stats map: {key} must be a list of at most {most} ints, found {values!r}")
-        return cls.from_fields(**kw)
+        return cls.from_fields(**d)
 
     @property
     def mean_accepted_per_step(self) -> float:
@@ -297,13 +266,62 @@ def _fit(values: tuple[int, ...], n: int) -> tuple[int, ...]:
     return values[:n] if len(values) >= n else values + (0,) * (n - len(values))
 
 
+def sum_snapshots(snaps: Sequence[StatsSnapshot]) -> StatsSnapshot:
+    """Add up the snapshots of several sessions (an actor pool's total).
+
+    Counts, times and tokens/s add up, per position too; ``ttft_us`` and
+    ``n_draft`` are the largest, ``running`` whether any runs, and
+    ``acceptance_rate`` and each drafter's share are recomputed from the
+    sums, and ``drafter`` is that of the snapshot with the most tokens. Walks the snapshot's
+    fields, so a field added to `StatsSnapshot` is summed without a change here.
+    """
+    if not snaps:
+        raise ValueError("sum_snapshots needs at least one snapshot")
+    values: dict[str, Any] = {}
+    for f in fields(StatsSnapshot):
+        items = [getattr(s, f.name) for s in snaps]
+        if f.name in _LARGEST:
+            values[f.name] = max(items)
+        elif f.name == "drafter":
+            values[f.name] = max(snaps, key=lambda s: s.tokens_emitted).drafter
+        elif f.name == "drafters":
+            values[f.name] = _sum_drafters(items, sum(s.tokens_emitted for s in snaps))
+        elif isinstance(items[0], bool):
+            values[f.name] = any(items)
+        elif isinstance(items[0], Timings):
+            values[f.name] = Timings(*(sum(col) for col in zip(*(astuple(t) for t in items))))
+        elif isinstance(items[0], tuple):
+            width = max(map(len, items))
+            values[f.name] = tuple(sum(col) for col in zip(*(_fit(t, width) for t in items)))
+        else:
+            values[f.name] = sum(items)
+    generated, accepted = values["drafts_generated"], values["drafts_accepted"]
+    values["acceptance_rate"] = accepted / generated if generated else 0.0
+    return StatsSnapshot(**values)
+
+
+_LARGEST = frozenset(("ttft_us", "n_draft"))
+
+
+def _sum_drafters(tables: Sequence[tuple[DrafterStats, ...]], tokens: int) -> tuple[DrafterStats, ...]:
+    sums: dict[str, list[int]] = {}
+    for table in tables:
+        for d in table:
+            row = sums.setdefault(d.name, [0, 0, 0])
+            row[0] += d.steps
+            row[1] += d.drafted
+            row[2] += d.accepted
+    return tuple(DrafterStats(name, n, d, a, a / tokens if tokens else 0.0) for name, (n, d, a) in sums.items())
+
+
 def drafter_name(drafter: int) -> str:
     """The name of a native drafter id ("none" for an unknown one)."""
     return DRAFTER_NAMES[drafter] if 0 <= drafter < len(DRAFTER_NAMES) and DRAFTER_NAMES[drafter] else "none"
 
 
-def drafter_table(steps: Iterable[int], drafted: Iterable[int], accepted: Iterable[int],
-                  tokens_emitted: int) -> tuple[DrafterStats, ...]:
+def drafter_table(
+    steps: Iterable[int], drafted: Iterable[int], accepted: Iterable[int], tokens_emitted: int
+) -> tuple[DrafterStats, ...]:
     """`DrafterStats` of each drafter id with steps, from the native per-id arrays."""
     return tuple(
         DrafterStats(DRAFTER_NAMES[i], n, d, a, a / tokens_emitted if tokens_emitted else 0.0)

@@ -45,8 +45,8 @@ def long_prompt(model: Model, n_tokens: int = 3000) -> str:
     return PARAGRAPH * reps
 
 
-async def wait_idle(actor: GenerationActor, timeout: float = 2.0) -> None:
-    """Wait until the actor's native loop is not running (fails after ``timeout``)."""
+async def wait_idle(actor: GenerationActor, timeout: float = 60.0) -> None:
+    """Wait until the actor's native loop is not running (fails after a generous ``timeout``)."""
     with trio.fail_after(timeout):
         while actor.busy or actor.session.last_stats().running:
             await trio.sleep(0.002)

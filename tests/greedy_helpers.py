@@ -1,14 +1,39 @@
-"""Checks shared by the tests that compare speculative output with plain greedy output."""
+"""Checks shared by the tests that compare speculative output with plain greedy output.
+
+The central check is *teacher-forced equality* (`disputed_positions`):
+plain greedy decoding is run from the prompt and compared with the
+speculative output token by token. At each disagreement the position is
+counted as disputed and plain decoding restarts from the prompt plus the
+speculative output up to and including the disputed token, so every later
+position is judged on the context the speculative run actually had. A
+64-token run with two bugs therefore reports two disputes, not one.
+
+An end-of-generation is part of the compared sequence (as `EOG`), so a run
+that stops early, or runs on where plain decoding stopped, is disputed too.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import spec_actor
 from spec_actor import Session
 
+EOG = -1
+"""Stands for the end-of-generation token in compared sequences."""
 
-def greedy(session: Session, prompt: str, n: int = 32, **options) -> spec_actor.RunResult:
+GEMMA_NEAR_TIE = 0.75
+"""Largest top-1/top-2 logit margin of Gemma 3 270M Q4_K_M treated as a near-tie.
+
+The largest batch-versus-single-token margin difference measured, 0.60, plus
+a quarter for the tail a few hundred samples miss
+(docs/decisions/0019-near-tie-threshold-from-measured-noise.md;
+test_lossless.py::test_gemma_batch_vs_single_noise_is_below_the_near_tie_threshold
+re-measures it). The float32 tiny models get no allowance at all."""
+
+
+def greedy(session: Session, prompt: str | Sequence[int], n: int = 32, **options) -> spec_actor.RunResult:
     """One greedy run of ``n`` tokens at most."""
     return session.run(prompt, max_tokens=n, temp=0.0, **options)
 
@@ -36,22 +61,78 @@ def first_difference(a: Sequence[int], b: Sequence[int]) -> int | None:
     return None if len(a) == len(b) else min(len(a), len(b))
 
 
-def assert_same_or_near_tie(session: Session, prompt: str, plain_tokens: Sequence[int],
-                            spec_tokens: Sequence[int]) -> None:
-    """Greedy speculative output must equal plain greedy, except after a near-tie.
+def with_eog(result: spec_actor.RunResult) -> list[int]:
+    """The run's tokens, followed by `EOG` when it ended at an end-of-generation token."""
+    return list(result.tokens) + ([EOG] if result.status == "eog" else [])
 
-    Batched verification and single-token decoding round differently, so a
-    divergence is accepted only where the plain model's top-2 logits are
-    within 0.5 of each other at the first differing position (reported).
-    ``session`` runs the probe: any session on the same target model.
+
+@dataclass(frozen=True)
+class Dispute:
+    """A position where plain greedy decoding, given the speculative prefix, disagrees."""
+
+    position: int
+    """Index in the speculative output."""
+    plain: int
+    """What plain greedy decoding produced there (`EOG` for end of generation)."""
+    spec: int
+    """What the speculative run produced there."""
+    top1: int
+    """Plain model's best token there (top-2 probe: one batched forward pass)."""
+    top2: int
+    """Plain model's second-best token there."""
+    margin: float
+    """Logit margin top1 - top2 there."""
+
+    def near_tie(self, threshold: float) -> bool:
+        """Whether this dispute is excused: the two tokens are the plain top-2 within ``threshold``."""
+        return {self.plain, self.spec} == {self.top1, self.top2} and self.margin < threshold
+
+
+def disputed_positions(plain: Session, prompt: str | Sequence[int], spec: Sequence[int]) -> list[Dispute]:
+    """Every position where plain greedy decoding disagrees with ``spec`` (teacher-forced).
+
+    ``plain`` is a session without speculation on the target model; ``spec``
+    the speculative output, with `EOG` last if it ended at an
+    end-of-generation token (see `with_eog`). Plain decoding restarts from
+    the speculative prefix after each disagreement, so each position is
+    judged on the speculative run's own context.
     """
-    i = first_difference(plain_tokens, spec_tokens)
-    if i is None:
-        return
-    assert i < min(len(plain_tokens), len(spec_tokens)), "one output is a prefix of the other"
-    context = session.tokenize(prompt) + list(plain_tokens[:i])
-    top1, top2, margin = session.top2(context)
-    print(f"first difference at {i}: plain {plain_tokens[i]} vs spec {spec_tokens[i]}, "
-          f"top-2 ({top1}, {top2}) margin {margin:.4f}")
-    assert {plain_tokens[i], spec_tokens[i]} <= {top1, top2}
-    assert margin < 0.5, f"outputs differ at {i} although the logit margin is {margin}"
+    context = plain.tokenize(prompt)
+    spec = list(spec)
+    ends_eog = bool(spec) and spec[-1] == EOG
+    disputes: list[Dispute] = []
+    start = 0  # positions before `start` were compared
+    while start < len(spec):
+        # as many tokens as the speculative run has left, one more where it
+        # ended at EOG (plain decoding must end there too, not only stop)
+        ref = with_eog(greedy(plain, context + spec[:start], len(spec) - start))
+        j = first_difference(ref, spec[start:])
+        if j is None:
+            break
+        assert j < min(len(ref), len(spec) - start), (ref, spec[start:], ends_eog)
+        i = start + j
+        top1, top2, margin = plain.top2(context + spec[:i])
+        disputes.append(Dispute(i, ref[j], spec[i], top1, top2, margin))
+        if spec[i] == EOG:
+            break
+        start = i + 1
+    return disputes
+
+
+def assert_lossless(plain: Session, prompt: str | Sequence[int], spec: Sequence[int],
+                    near_tie: float = 0.0) -> list[Dispute]:
+    """Speculative output equals plain greedy output, teacher-forced, at every position.
+
+    ``near_tie`` is the margin under which a dispute is excused when the two
+    tokens are the plain model's top two: 0.0 (the default, for the F32 tiny
+    models) excuses nothing; on Gemma pass `GEMMA_NEAR_TIE`. Returns the
+    disputes found (all excused), which callers may report.
+    """
+    disputes = disputed_positions(plain, prompt, spec)
+    for d in disputes:
+        print(f"disputed position {d.position}: plain {d.plain} vs spec {d.spec}, "
+              f"top-2 ({d.top1}, {d.top2}) margin {d.margin:.5f}")
+    bad = [d for d in disputes if not d.near_tie(near_tie)]
+    assert not bad, (f"{len(bad)} of {len(spec)} positions disputed beyond a near-tie "
+                     f"(margin >= {near_tie}): {bad}")
+    return disputes

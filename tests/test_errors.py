@@ -16,8 +16,8 @@ from spec_actor._errors import (
     QueueFullError,
     SpecActorError,
     SpecError,
-    error_for_status,
 )
+from spec_actor.nif._check import error_for_status
 
 ALL = [
     ActorClosedError, ConfigError, ContextError, DecodeError, EventDecodeError,

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 import trio
+
+if sys.version_info < (3, 11):  # the builtin arrived in 3.11; trio depends on the backport before
+    from exceptiongroup import ExceptionGroup
 
 from spec_actor._groups import unwrap_groups
 

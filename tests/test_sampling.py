@@ -1,15 +1,11 @@
 import math
-from pathlib import Path
 
-import cffi
 import pytest
 
 from spec_actor._errors import ConfigError
 from spec_actor._sampling import LLAMA_DEFAULT_SEED, Sampling
-
-HEADER = Path(__file__).resolve().parents[1] / "native" / "spec_actor.h"
-ffi = cffi.FFI()
-ffi.cdef(HEADER.read_text().split("/* CDEF-BEGIN */")[1].split("/* CDEF-END */")[0])
+from spec_actor.nif._pack import new_struct
+from spec_actor.nif._raw import ffi as native_ffi
 
 
 def test_defaults_are_greedy_with_llama_cpp_filters():
@@ -75,27 +71,25 @@ def test_from_options():
         Sampling.from_options(top_p=2)
 
 
-def test_fill_writes_struct_and_keeps_strings_alive():
-    struct = ffi.new("sa_sampling_params *")
+def test_native_params_are_packed_with_strings_kept_alive():
     keep: list = []
     grammar = 'root ::= "é" | "b"'
     sampling = Sampling(temp=0.5, top_k=7, top_p=0.5, min_p=0.25, seed=123, penalty_last_n=-1,
                         repeat_penalty=1.5, frequency_penalty=0.25, presence_penalty=-0.5,
                         grammar=grammar, grammar_root="r")  # fmt: skip
-    sampling.fill(struct, ffi, keep)
+    struct = new_struct("sa_sampling_params *", sampling.native_params(), keep)
     assert (struct.temp, struct.top_k, struct.top_p, struct.min_p) == (0.5, 7, 0.5, 0.25)
     assert (struct.seed, struct.penalty_last_n) == (123, -1)
     assert (struct.penalty_repeat, struct.penalty_freq, struct.penalty_present) == (1.5, 0.25, -0.5)
-    assert ffi.string(struct.grammar).decode() == grammar
-    assert ffi.string(struct.grammar_root) == b"r"
+    assert native_ffi.string(struct.grammar).decode() == grammar
+    assert native_ffi.string(struct.grammar_root) == b"r"
     assert len(keep) == 2
 
 
-def test_fill_without_grammar_sets_null_and_default_seed():
-    struct = ffi.new("sa_sampling_params *")
+def test_native_params_without_grammar_pack_null_and_default_seed():
     keep: list = []
-    Sampling().fill(struct, ffi, keep)
-    assert struct.grammar == ffi.NULL
-    assert ffi.string(struct.grammar_root) == b"root"
+    struct = new_struct("sa_sampling_params *", Sampling().native_params(), keep)
+    assert struct.grammar == native_ffi.NULL
+    assert native_ffi.string(struct.grammar_root) == b"root"
     assert struct.seed == 0xFFFFFFFF
     assert struct.temp == 0.0

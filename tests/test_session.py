@@ -7,7 +7,7 @@ import time
 
 import psutil
 import pytest
-from greedy_helpers import assert_consistent, assert_same_or_near_tie, greedy
+from greedy_helpers import GEMMA_NEAR_TIE, assert_consistent, assert_lossless, greedy, with_eog
 
 import spec_actor
 from spec_actor import Session, Spec
@@ -41,12 +41,11 @@ def test_plain_greedy_is_deterministic_across_runs_and_sessions(gemma, plain):
 
 @pytest.mark.parametrize("spec_type", NGRAM_TYPES)
 def test_ngram_types_generate_consistent_greedy_text(gemma, plain, spec_type):
-    expected = greedy(plain, COPY_PROMPT, 48)
     with Session(gemma, spec=Spec(spec_type, n_draft=8, ngram_size_n=3, ngram_size_m=8,
                                   ngram_mod_n_match=8), n_ctx=1024) as session:
         result = greedy(session, COPY_PROMPT, 48)
         assert_consistent(result, 48)
-        assert_same_or_near_tie(session, COPY_PROMPT, expected.tokens, result.tokens)
+        assert_lossless(plain, COPY_PROMPT, with_eog(result), near_tie=GEMMA_NEAR_TIE)
 
 
 def test_ngram_drafts_are_accepted_on_copy_prompt(gemma):
@@ -57,14 +56,13 @@ def test_ngram_drafts_are_accepted_on_copy_prompt(gemma):
 
 
 def test_self_draft_is_accepted_and_matches_plain(gemma, plain):
-    expected = greedy(plain, PROMPT, 48)
     spec = Spec("draft-simple", n_draft=4, draft_model=gemma)
     with Session(gemma, spec=spec, n_ctx=1024) as session:
         result = greedy(session, PROMPT, 48)
         assert_consistent(result, 48)
         assert result.stats.drafts_generated > 0
         assert result.stats.acceptance_rate >= 0.8
-        assert_same_or_near_tie(session, PROMPT, expected.tokens, result.tokens)
+        assert_lossless(plain, PROMPT, with_eog(result), near_tie=GEMMA_NEAR_TIE)
 
 
 @pytest.mark.parametrize("prompt", [
@@ -110,27 +108,26 @@ def long_prompt(gemma, n_tokens: int) -> list[int]:
     return tokens[:n_tokens]
 
 
-def test_cancel_during_long_prefill_returns_fast_and_session_stays_usable(gemma):
+def test_cancel_during_long_prefill_stops_it_and_session_stays_usable(gemma):
+    # how fast the cancel lands is a latency target: bench/, not here
     prompt = long_prompt(gemma, 3000)
     with Session(gemma, n_ctx=4096) as session:
         outcome: dict[str, object] = {}
 
         def work():
             outcome["result"] = session.run(prompt, max_tokens=8, temp=0.0)
-            outcome["returned"] = time.perf_counter()
 
         worker = threading.Thread(target=work)
         worker.start()
-        time.sleep(0.3)  # well inside a prefill of 3,000 tokens (~several seconds here)
-        assert worker.is_alive(), "prefill finished before the cancel; the prompt is too short"
-        t_cancel = time.perf_counter()
+        deadline = time.monotonic() + 60
+        while not session.last_stats().running:  # the run started: it is in its prefill
+            assert time.monotonic() < deadline, "the run never started"
+            time.sleep(0.001)
+        assert session.last_stats().tokens_emitted == 0
         session.cancel()
-        worker.join(timeout=5)
+        worker.join(timeout=60)
         assert not worker.is_alive()
-        latency = outcome["returned"] - t_cancel
-        print(f"cancel -> run returned in {latency * 1e3:.1f} ms")
-        assert outcome["result"].status == "cancelled"
-        assert latency < 0.1
+        assert outcome["result"].status == "cancelled" and outcome["result"].tokens == ()
         after = greedy(session, PROMPT)
     with Session(gemma, n_ctx=4096) as fresh:
         assert after.tokens == greedy(fresh, PROMPT).tokens
@@ -173,15 +170,18 @@ def test_stats_events_and_terminal_stats(plain):
 def test_compute_threads_belong_to_the_session(gemma):
     """Each session owns its pool of native compute threads and frees it on close."""
     proc = psutil.Process()
-    before = proc.num_threads()
+    # by thread id, not by count: other threads (trio's cached workers) may
+    # come and go meanwhile
+    before = {t.id for t in proc.threads()}
     sessions = [Session(gemma, n_ctx=128, n_threads=3, n_threads_batch=2) for _ in range(2)]
     for session in sessions:
         session.run(PROMPT, max_tokens=2)
     # per session: 2 decode workers + 1 batch worker (the calling thread is the third)
-    assert proc.num_threads() == before + 2 * 3
+    added = {t.id for t in proc.threads()} - before
+    assert len(added) == 2 * 3
     for session in sessions:
         session.close()
-    assert proc.num_threads() == before
+    assert not added & {t.id for t in proc.threads()}
 
 
 def test_stats_snapshot_is_reused_only_while_nothing_changed(plain):

@@ -5,6 +5,8 @@ import pytest
 
 from spec_actor._errors import ConfigError
 from spec_actor._spec import AUTO_N_DRAFT_CEILING, SPEC_TYPES, Spec
+from spec_actor.nif._pack import new_struct
+from spec_actor.nif.schema import SPEC_TYPE_IDS
 
 HEADER = Path(__file__).resolve().parents[1] / "native" / "spec_actor.h"
 ffi = cffi.FFI()
@@ -21,9 +23,11 @@ def make(type_: str, **kw) -> Spec:
     return Spec(type_, **kw)
 
 
-@pytest.mark.parametrize("name", SPEC_TYPES)
-def test_native_type_matches_header_enum(name):
-    assert make(name).native_type == SA_SPEC["SA_SPEC_" + name.upper().replace("-", "_")]
+def test_type_names_are_the_header_enum_in_order():
+    # llama.cpp's names as the library reports them, against the header's enum.
+    by_value = sorted(SA_SPEC.items(), key=lambda kv: kv[1])
+    assert SPEC_TYPES == tuple(name[len("SA_SPEC_"):].lower().replace("_", "-") for name, _ in by_value)
+    assert SPEC_TYPE_IDS == {n: v for n, v in zip(SPEC_TYPES, (v for _, v in by_value))}
 
 
 @pytest.mark.parametrize(
@@ -118,20 +122,22 @@ def test_check_batch():
     Spec().check_batch(1)
 
 
-def test_fill_writes_struct_and_leaves_draft_model():
-    struct = ffi.new("sa_spec_params *")
-    sentinel = ffi.cast("const sa_model *", 0x1234)
-    struct.draft_model = sentinel
-    make("draft", n_draft="auto", n_min=2, p_min=0.75, p_split=0.25, ngram_size_n=3, ngram_size_m=5,
-         ngram_min_hits=2, ngram_mod_n_match=7, ngram_mod_n_min=4, ngram_mod_n_max=9).fill(struct)  # fmt: skip
+def test_native_params_are_packed_into_the_struct_by_nif():
+    params = make("draft", n_draft="auto", n_min=2, p_min=0.75, p_split=0.25, ngram_size_n=3, ngram_size_m=5,
+                  ngram_min_hits=2, ngram_mod_n_match=7, ngram_mod_n_min=4, ngram_mod_n_max=9).native_params()
+    assert params == {
+        "type": "draft-simple", "n_draft": 16, "adaptive": 1, "n_min": 2, "p_min": 0.75, "p_split": 0.25,
+        "ngram_size_n": 3, "ngram_size_m": 5, "ngram_min_hits": 2,
+        "ngram_mod_n_match": 7, "ngram_mod_n_min": 4, "ngram_mod_n_max": 9,
+    }  # fmt: skip
+    keep: list = []
+    struct = new_struct("sa_spec_params *", {**params, "type": SPEC_TYPE_IDS[params["type"]]}, keep)
     assert struct.type == SA_SPEC["SA_SPEC_DRAFT_SIMPLE"]
-    assert (struct.n_draft, struct.adaptive, struct.n_min) == (16, 1, 2)
-    assert (struct.p_min, struct.p_split) == (0.75, 0.25)
-    assert (struct.ngram_size_n, struct.ngram_size_m, struct.ngram_min_hits) == (3, 5, 2)
+    assert (struct.n_draft, struct.adaptive, struct.n_min, struct.p_min) == (16, 1, 2, 0.75)
     assert (struct.ngram_mod_n_match, struct.ngram_mod_n_min, struct.ngram_mod_n_max) == (7, 4, 9)
-    assert struct.draft_model == sentinel
-    Spec("ngram-cache", n_draft=5).fill(struct)
-    assert (struct.type, struct.n_draft, struct.adaptive) == (9, 5, 0)
+    assert keep == []
+    cache = Spec("ngram-cache", n_draft=5).native_params()
+    assert (cache["type"], cache["n_draft"], cache["adaptive"]) == ("ngram-cache", 5, 0)
 
 
 def test_equal_hashable_and_repr_shows_non_defaults():

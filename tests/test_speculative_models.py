@@ -14,7 +14,7 @@ import threading
 from collections.abc import Callable
 
 import pytest
-from greedy_helpers import assert_consistent, assert_same_or_near_tie, greedy
+from greedy_helpers import GEMMA_NEAR_TIE, assert_consistent, assert_lossless, greedy, with_eog
 from tiny_model_fixtures import (  # noqa: F401 - fixtures, found by pytest in this namespace
     mtp_model,
     mtp_model_without_mtp,
@@ -146,13 +146,12 @@ def test_mtp_runs_end_to_end_with_consistent_counters(mtp_model):
 
 @pytest.mark.parametrize("n_draft", [1, 3, 6])
 def test_mtp_greedy_equals_plain_greedy(mtp_model, mtp_plain, n_draft):
-    expected = greedy(mtp_plain, PROMPT, N_TINY)
     with drafting_session(mtp_model, Spec("mtp", n_draft=n_draft)) as session:
         first = greedy(session, PROMPT, N_TINY)
         again = greedy(session, PROMPT, N_TINY)  # the session is reused as is
     assert first.stats.drafts_generated > 0
     assert first.tokens == again.tokens
-    assert_same_or_near_tie(mtp_plain, PROMPT, expected.tokens, first.tokens)
+    assert_lossless(mtp_plain, PROMPT, with_eog(first))
 
 
 def cancel_mid_run(session: Session, prompt: str, max_tokens: int, after_tokens: int) -> spec_actor.RunResult:
@@ -169,17 +168,17 @@ def cancel_mid_run(session: Session, prompt: str, max_tokens: int, after_tokens:
         seen[0] += sum(isinstance(ev, Token) for ev in events)
         if seen[0] >= after_tokens and not reached.is_set():
             reached.set()
-            assert cancelled.wait(5.0)
+            assert cancelled.wait(120)
 
     def work():
         outcome["result"] = session.run(prompt, max_tokens=max_tokens, temp=0.0, on_events=sink)
 
     worker = threading.Thread(target=work)
     worker.start()
-    assert reached.wait(10.0), "the run delivered too few tokens before ending"
+    assert reached.wait(120), "the run delivered too few tokens before ending"
     session.cancel()
     cancelled.set()
-    worker.join(10.0)
+    worker.join(120)
     assert not worker.is_alive()
     return outcome["result"]
 
@@ -209,19 +208,17 @@ def test_cancel_mid_loop_leaves_the_session_reusable_at_once(request, mode):
 @pytest.mark.parametrize("draft_as", ["model", "path"])
 def test_draft_simple_with_a_separate_draft_model(tiny_paths, tiny_target, tiny_draft, target_plain, draft_as):
     draft = tiny_draft if draft_as == "model" else tiny_paths.draft  # a path: the session loads and owns it
-    expected = greedy(target_plain, PROMPT, N_TINY)
     with drafting_session(tiny_target, Spec("draft-simple", n_draft=4, draft_model=draft)) as session:
         assert session.draft_model is not None and session.draft_model.info.n_layer == 1
         result, events = run_collecting(session, PROMPT, N_TINY)
     assert_consistent(result, N_TINY)
     assert_events_match_counters(result, events)
     assert 0 < result.stats.drafts_accepted < result.stats.drafts_generated
-    assert_same_or_near_tie(target_plain, PROMPT, expected.tokens, result.tokens)
+    assert_lossless(target_plain, PROMPT, with_eog(result))
 
 
 def test_eagle3_with_its_drafter(tiny_target, tiny_eagle3, target_plain):
     assert tiny_eagle3.info.arch == "eagle3"
-    expected = greedy(target_plain, PROMPT, N_TINY)
     with drafting_session(tiny_target, Spec("eagle3", n_draft=3, draft_model=tiny_eagle3)) as session:
         result, events = run_collecting(session, PROMPT, N_TINY)
         again = greedy(session, PROMPT, N_TINY)
@@ -229,7 +226,7 @@ def test_eagle3_with_its_drafter(tiny_target, tiny_eagle3, target_plain):
     assert_events_match_counters(result, events)
     assert 0 < result.stats.drafts_accepted < result.stats.drafts_generated
     assert again.tokens == result.tokens
-    assert_same_or_near_tie(target_plain, PROMPT, expected.tokens, result.tokens)
+    assert_lossless(target_plain, PROMPT, with_eog(result))
 
 
 # -- clear errors, never an abort ---------------------------------------------------------
@@ -317,7 +314,6 @@ def test_adaptive_draft_length_stays_within_bounds_and_keeps_greedy_output(reque
     model, spec = build(request.getfixturevalue)
     assert spec.adaptive and spec.max_draft == hi
     with Session(model, spec="none", n_ctx=512) as plain:
-        expected = greedy(plain, prompt, n)
         with drafting_session(model, spec) as session:
             result, events = run_collecting(session, prompt, n, emit_stats_every=1)
         assert_consistent(result, n)
@@ -330,7 +326,7 @@ def test_adaptive_draft_length_stays_within_bounds_and_keeps_greedy_output(reque
         assert all(k >= lo for k in chosen[:-1])  # the last step may have no budget left to draft
         assert result.stats.drafts_generated > 0
         assert len(result.stats.drafted_per_pos) <= hi
-        assert_same_or_near_tie(plain, prompt, expected.tokens, result.tokens)
+        assert_lossless(plain, prompt, with_eog(result), GEMMA_NEAR_TIE if mode.startswith("gemma") else 0.0)
         if hi > AUTO_FULL_LENGTH_CAP:
             assert len(set(chosen)) > 1, "the draft length never changed"
 
@@ -347,7 +343,6 @@ def assert_final_stats_consistent(final, n_tokens: int) -> None:
 
 
 async def test_actor_runs_mtp_end_to_end_with_plain_greedy_output(mtp_model, mtp_plain):
-    expected = greedy(mtp_plain, PROMPT, N_TINY)
     async with open_actor(mtp_model, spec=Spec("mtp", n_draft=3), n_ctx=512) as actor:
         assert actor.spec.is_mtp
         async with actor.stream_events(PROMPT, max_tokens=N_TINY, emit_stats_every=8) as stream:
@@ -360,7 +355,7 @@ async def test_actor_runs_mtp_end_to_end_with_plain_greedy_output(mtp_model, mtp
     assert_final_stats_consistent(terminal.stats, len(tokens))
     assert terminal.stats.drafts_accepted > 0
     assert any(type(ev) is Stats for ev in events)
-    assert_same_or_near_tie(mtp_plain, PROMPT, expected.tokens, [t.id for t in tokens])
+    assert_lossless(mtp_plain, PROMPT, [t.id for t in tokens])
     assert text == "".join(t.text for t in tokens)
     assert total.requests == 2 and total.tokens_emitted == 2 * N_TINY
 
@@ -387,13 +382,12 @@ async def test_actor_cancel_mid_loop_leaves_it_reusable_at_once(request, mode):
 @pytest.mark.parametrize("mode", ["tiny-draft-simple", "tiny-eagle3"])
 async def test_actor_drafts_with_a_separate_model(request, target_plain, mode):
     model, spec = MODES[mode](request.getfixturevalue)
-    expected = greedy(target_plain, PROMPT, N_TINY)
     async with open_actor(model, spec=spec, n_ctx=512) as actor:
         events = [ev async for ev in actor.stream_events(PROMPT, max_tokens=N_TINY)]
     tokens = [ev for ev in events if type(ev) is Token]
     assert type(events[-1]) is Done
     assert_final_stats_consistent(events[-1].stats, len(tokens))
-    assert_same_or_near_tie(target_plain, PROMPT, expected.tokens, [t.id for t in tokens])
+    assert_lossless(target_plain, PROMPT, [t.id for t in tokens])
 
 
 @pytest.mark.parametrize("case", sorted(SETUP_ERRORS))
@@ -415,11 +409,10 @@ async def test_actor_json_grammar_with_speculation(request, mode):
 
 
 async def test_actor_adaptive_mtp_keeps_greedy_output(mtp_model, mtp_plain):
-    expected = greedy(mtp_plain, PROMPT, N_TINY)
     async with open_actor(mtp_model, spec=Spec("mtp", n_draft="auto"), n_ctx=512) as actor:
         events = [ev async for ev in actor.stream_events(PROMPT, max_tokens=N_TINY, emit_stats_every=1)]
     chosen = {ev.snapshot.n_draft for ev in events if type(ev) is Stats}
     assert chosen and all(0 <= k <= AUTO_FULL_LENGTH_CAP for k in chosen)
     tokens = [ev.id for ev in events if type(ev) is Token]
     assert_final_stats_consistent(events[-1].stats, len(tokens))
-    assert_same_or_near_tie(mtp_plain, PROMPT, expected.tokens, tokens)
+    assert_lossless(mtp_plain, PROMPT, tokens)

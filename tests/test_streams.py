@@ -31,9 +31,7 @@ async def test_stop_string_ends_the_output_before_it(gemma):
 async def test_timeout_without_events_fails_the_request_and_cancels_it(gemma):
     prompt = long_prompt(gemma, 3000)
     async with open_actor(gemma, n_ctx=4096) as actor:
-        start = trio.current_time()
         evs = [ev async for ev in actor.stream_events(prompt, max_tokens=4, timeout=0.1)]
-        assert trio.current_time() - start < 1.0
         assert isinstance(evs[-1], Error) and "timed out" in evs[-1].reason
         assert not actor.busy and not actor.session.last_stats().running
         with pytest.raises(GenerationTimeout, match="timeout=0.1"):
@@ -63,9 +61,10 @@ async def test_queued_request_cancelled_leaves_the_queue(gemma):
     async with open_actor(gemma, n_ctx=256) as actor:
         async with actor.stream(STORY, max_tokens=100) as running:
             await running.__anext__()
-            with trio.move_on_after(0.05):
+            with trio.CancelScope() as scope:
                 async with actor.stream(STORY, max_tokens=4) as queued:
                     assert actor.queued == 1
+                    scope.cancel()  # while it waits behind the running request
                     async for _ in queued:
                         pass
             assert actor.queued == 0 and queued.stats().requests == 0

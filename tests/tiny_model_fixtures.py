@@ -23,6 +23,8 @@ class TinyPaths:
 
     mtp: Path
     """glm4moe with 2 trunk blocks and 1 NextN/MTP block."""
+    hybrid: Path
+    """qwen35 with a delta-net block, an attention block and 1 NextN/MTP block."""
     target: Path
     """llama target of the draft pair (4 blocks)."""
     draft: Path
@@ -31,6 +33,8 @@ class TinyPaths:
     """llama draft whose token texts differ from the target's."""
     eagle3: Path
     """EAGLE-3 drafter reading the target's layers 1..3."""
+    dflash: Path
+    """DFlash drafter reading the target's layers 1 and 3."""
 
 
 @pytest.fixture(scope="session")
@@ -39,10 +43,12 @@ def tiny_paths(tmp_path_factory: pytest.TempPathFactory) -> TinyPaths:
     target, draft = tiny_models.write_draft_pair(d)
     return TinyPaths(
         mtp=tiny_models.write_mtp_model(d / "tiny-mtp.gguf"),
+        hybrid=tiny_models.write_hybrid_mtp_model(d / "tiny-hybrid-mtp.gguf"),
         target=target,
         draft=draft,
         bad_draft=tiny_models.write_incompatible_draft(d / "tiny-draft-incompatible.gguf", target),
         eagle3=tiny_models.write_eagle3_drafter(d / "tiny-eagle3.gguf", target),
+        dflash=tiny_models.write_dflash_drafter(d / "tiny-dflash.gguf", target),
     )
 
 
@@ -60,7 +66,11 @@ def _loaded(name: str, file: str, doc: str, **options: bool):
 mtp_model = _loaded("mtp_model", "mtp", "The tiny glm4moe model with its NextN/MTP layers loaded.", load_mtp=True)
 mtp_model_without_mtp = _loaded("mtp_model_without_mtp", "mtp",
                                 "The same glm4moe file loaded without its NextN/MTP tensors.")
+hybrid_model = _loaded("hybrid_model", "hybrid",
+                       "The tiny qwen35 hybrid (recurrent + attention) model with its NextN/MTP layer loaded.",
+                       load_mtp=True)
 tiny_target = _loaded("tiny_target", "target", "The llama target of the draft pair.")
 tiny_draft = _loaded("tiny_draft", "draft", "The 1-block llama draft sharing the target's vocabulary.")
 tiny_bad_draft = _loaded("tiny_bad_draft", "bad_draft", "A llama draft whose token texts differ from the target's.")
 tiny_eagle3 = _loaded("tiny_eagle3", "eagle3", "The EAGLE-3 drafter for the target.")
+tiny_dflash = _loaded("tiny_dflash", "dflash", "The DFlash drafter for the target.")

@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import shlex
 import statistics
 import sys
@@ -20,11 +19,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .._errors import ConfigError
+from .._machine import machine_info
 from .._model import Model
 from .._sampling import Sampling
 from .._session import Session
 from .._spec import _NEEDS_DRAFT_MODEL, Spec, _canonical
 from .._stats import StatsSnapshot
+from .._table import Table
 from ._common import (CliError, add_draft_options, add_engine_options, add_model_options, auto_n_ctx,
                       make_spec, n_draft_arg, open_model, positive_int)
 from ._prompts import DESCRIPTIONS, PROMPTS
@@ -184,7 +185,7 @@ def _meta(model: Model, args: argparse.Namespace, n_ctx: int) -> dict[str, Any]:
         "command": shlex.join(["spec-actor", *sys.argv[1:]]),
         "model": {"path": info.path, "name": model.meta("general.name"), "arch": info.arch,
                   "description": info.description, "n_params": info.n_params, "size_bytes": info.size_bytes},
-        "machine": _machine(),
+        "machine": machine_info(),
         "settings": {"max_tokens": args.max_tokens, "repeats": args.repeats, "warmup": args.warmup,
                      "temp": 0.0, "n_ctx": n_ctx, "threads": args.threads or os.cpu_count(),
                      "n_draft": args.n_draft},
@@ -193,24 +194,12 @@ def _meta(model: Model, args: argparse.Namespace, n_ctx: int) -> dict[str, Any]:
     }
 
 
-def _machine() -> dict[str, Any]:
-    cpu = platform.processor()
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), cpu)
-    except OSError:
-        pass
-    return {"cpu": cpu or "unknown", "cpu_count": os.cpu_count(), "system": platform.platform(),
-            "python": platform.python_version()}
-
-
-def _type_label(cell: Cell) -> str:
-    """The type; for auto also the drafter that supplied most tokens in the last run."""
+def _top_drafter(cell: Cell) -> str | None:
+    """For auto, the drafter that supplied most tokens in the last run; None for a fixed type."""
     if not cell.spec.is_auto or not cell.samples:
-        return cell.spec.type
+        return None
     drafters = [d for d in cell.samples[-1].drafters if d.name != "none"]
-    top = max(drafters, key=lambda d: d.accepted).name if drafters else "none"
-    return f"auto ({top})"
+    return max(drafters, key=lambda d: d.accepted).name if drafters else "none"
 
 
 def _plain(cells: list[Cell], prompt: str) -> Cell | None:
@@ -238,45 +227,42 @@ def to_json(cells: list[Cell], meta: dict[str, Any]) -> dict[str, Any]:
             "prompt_tokens": cell.samples[0].prompt_tokens,
             "ttft_ms": [s.ttft_us / 1000 for s in cell.samples],
             "drafters": cell.samples[-1].drafter_summary(),
+            "top_drafter": _top_drafter(cell),
         })
     return {"schema": JSON_SCHEMA, **meta, "results": results}
 
 
 def render_table(cells: list[Cell], meta: dict[str, Any], *, markdown: bool = False) -> str:
-    """The side-by-side table, with a header naming model, settings and machine."""
-    s, m, mach = meta["settings"], meta["model"], meta["machine"]
+    """The side-by-side table of measured cells, with a header naming model, settings and machine."""
+    return render_report(to_json(cells, meta), markdown=markdown)
+
+
+def render_report(report: dict[str, Any], *, markdown: bool = False) -> str:
+    """The table of a ``--json`` report (as :func:`to_json` makes it), with its header lines.
+
+    ``bench/render_docs.py`` renders the README's table from the committed
+    report with this same function.
+    """
+    s, m, mach = report["settings"], report["model"], report["machine"]
     lines = [
         f"model:   {m['name'] or m['path']} ({m['description']})",
         f"runs:    {s['max_tokens']} greedy tokens, median of {s['repeats']} after {s['warmup']} warm-up "
         f"per type, {s['threads']} threads",
-        f"machine: {mach['cpu']}, {mach['cpu_count']} CPUs, {mach['system']}; spec_actor {meta['spec_actor_version']}",
+        f"machine: {mach['cpu']}, {mach['cpu_count']} CPUs, {mach['system']}; spec_actor {report['spec_actor_version']}",
         "",
     ]
-    header = ("prompt", "type", "n_draft", "tok/s", "vs plain", "accepted", "tok/step")
-    rows = []
-    for cell in cells:
-        plain = _plain(cells, cell.prompt)
-        ratio = f"{cell.median_tps / plain.median_tps:.2f}x" if plain and plain.median_tps else "-"
-        accepted = f"{cell.acceptance:.1%}" if cell.acceptance is not None else "-"
-        rows.append((cell.prompt, _type_label(cell), str(cell.spec.n_draft) if cell.spec.type != "none" else "-",
-                     f"{cell.median_tps:.1f}", ratio, accepted, f"{cell.tokens_per_step:.2f}"))
     if markdown:
         lines = [f"{line}  " if line else line for line in lines]
-        lines.append("| " + " | ".join(header) + " |")
-        lines.append("|" + "|".join(["---"] * 2 + ["---:"] * (len(header) - 2)) + "|")
-        lines += ["| " + " | ".join(r) + " |" for r in rows]
-        return "\n".join(lines)
-    widths = [max(len(x) for x in col) for col in zip(header, *rows)]
-
-    def fmt(row: tuple[str, ...]) -> str:
-        return "  ".join(c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths))).rstrip()
-
-    lines += [fmt(header), fmt(tuple("-" * w for w in widths))]
-    for i, row in enumerate(rows):
-        if i and row[0] != rows[i - 1][0]:
-            lines.append("")
-        lines.append(fmt(row))
-    return "\n".join(lines)
+    table = Table(("prompt", "type", "n_draft", "tok/s", "vs plain", "accepted", "tok/step"), "llrrrrr")
+    for i, r in enumerate(report["results"]):
+        if i and r["prompt"] != report["results"][i - 1]["prompt"]:
+            table.section()
+        ratio, accepted = r["ratio_to_plain"], r["acceptance_rate"]
+        top = r.get("top_drafter")  # absent from reports older than auto
+        table.add(r["prompt"], f"{r['type']} ({top})" if top else r["type"], r["n_draft"] if r["type"] != "none" else "-",
+                  f"{r['median_tokens_per_sec']:.1f}", f"{ratio:.2f}x" if ratio is not None else "-",
+                  f"{accepted:.1%}" if accepted is not None else "-", f"{r['mean_accepted_per_step']:.2f}")
+    return "\n".join([*lines, table.render(markdown=markdown)])
 
 
 def _pyplot() -> Any:

@@ -2,10 +2,48 @@
 
 from __future__ import annotations
 
-from .._errors import error_for_status
+from .._errors import (
+    ConfigError,
+    ContextError,
+    DecodeError,
+    GrammarError,
+    ModelLoadError,
+    PromptError,
+    SpecActorError,
+    SpecError,
+)
 from ._raw import ffi, lib
 
 OK = lib.SA_OK
+
+# sa_status -> exception class, the one mapping from native codes. Codes not
+# listed (SA_ERR_BUFFER, SA_ERR_INTERNAL, unknown ones) map to the base class.
+_STATUS_ERRORS: dict[int, type[SpecActorError]] = {
+    lib.SA_ERR_INVALID_ARG: ConfigError,
+    lib.SA_ERR_MODEL_LOAD: ModelLoadError,
+    lib.SA_ERR_CONTEXT: ContextError,
+    lib.SA_ERR_SPEC: SpecError,
+    lib.SA_ERR_PROMPT: PromptError,
+    lib.SA_ERR_GRAMMAR: GrammarError,
+    lib.SA_ERR_DECODE: DecodeError,
+}
+
+
+def error_for_status(code: int, message: str) -> SpecActorError:
+    """Return (not raise) the exception for a failed native ``sa_status``.
+
+    Args:
+        code: The status a native call returned; callers pass failures only
+            (not SA_OK, SA_CANCELLED or SA_STOPPED).
+        message: The native message (``sa_last_error()``); when empty, a
+            message naming the status is used instead.
+
+    Returns:
+        An instance of the class mapped to ``code``, or of `SpecActorError`
+        for codes without a more specific class; its ``code`` is ``code``.
+    """
+    cls = _STATUS_ERRORS.get(code, SpecActorError)
+    return cls(message or f"native call failed with sa_status {code}", code)
 
 
 def last_error() -> str:

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Callable
 
-from .._sampling import Sampling
-from .._spec import Spec
-from .._stats import StatsSnapshot, Timings, drafter_name, drafter_table
 from ._check import check
+from ._pack import fill, new_struct
 from ._raw import ffi, lib
+from .schema import SPEC_TYPE_IDS, STATS_FIELDS, stats_array_per_pos, stats_field_kind
 
 SessionHandle = Any  # cdata 'sa_session *', freed by ffi.gc
 
@@ -38,20 +38,20 @@ def _sa_on_events(user: Any, data: Any, size: int) -> int:
         return 1
 
 
-def new(model: Any, *, spec: Spec, draft_model: Any, n_ctx: int, n_batch: int, n_ubatch: int,
+def new(model: Any, *, spec: Mapping[str, Any], draft_model: Any, n_ctx: int, n_batch: int, n_ubatch: int,
         n_threads: int, n_threads_batch: int, type_k: int, type_v: int, flash_attn: int) -> SessionHandle:
-    """Create a session (contexts + speculative state) on a loaded model."""
-    cparams = ffi.new("sa_context_params *")
-    cparams.n_ctx = n_ctx
-    cparams.n_batch = n_batch
-    cparams.n_ubatch = n_ubatch
-    cparams.n_threads = n_threads
-    cparams.n_threads_batch = n_threads_batch
-    cparams.type_k = type_k
-    cparams.type_v = type_v
-    cparams.flash_attn = flash_attn
-    sparams = ffi.new("sa_spec_params *")
-    spec.fill(sparams)
+    """Create a session (contexts + speculative state) on a loaded model.
+
+    ``spec`` holds the ``sa_spec_params`` fields by name, with ``type`` as
+    llama.cpp's type name (a key of `schema.SPEC_TYPE_IDS`) and without
+    ``draft_model``, which is the loaded draft model's handle or None.
+    """
+    keepalive: list[Any] = []
+    cparams = new_struct("sa_context_params *", {
+        "n_ctx": n_ctx, "n_batch": n_batch, "n_ubatch": n_ubatch, "n_threads": n_threads,
+        "n_threads_batch": n_threads_batch, "type_k": type_k, "type_v": type_v, "flash_attn": flash_attn,
+    }, keepalive)  # fmt: skip
+    sparams = new_struct("sa_spec_params *", {**spec, "type": SPEC_TYPE_IDS[spec["type"]]}, keepalive)
     sparams.draft_model = draft_model if draft_model is not None else ffi.NULL
     out = ffi.new("sa_session **")
     check(lib.sa_session_new(model, cparams, sparams, out), "open session")
@@ -59,21 +59,23 @@ def new(model: Any, *, spec: Spec, draft_model: Any, n_ctx: int, n_batch: int, n
 
 
 def run(handle: SessionHandle, tokens: list[int], *, max_tokens: int, emit_stats_every: int,
-        sampling: Sampling, on_batch: Callable[[bytes], bool]) -> int:
+        sampling: Mapping[str, Any], on_batch: Callable[[bytes], bool]) -> int:
     """Run one generation, calling on_batch(msgpack bytes) once per loop step.
 
-    on_batch returns True to continue. Returns OK (a terminal event was
-    delivered), CANCELLED or STOPPED; raises for invalid input and re-raises
-    an exception that on_batch raised. Blocks: call it from a worker thread.
+    ``sampling`` holds the ``sa_sampling_params`` fields by name (strings
+    for the grammar, None for no grammar). on_batch returns True to
+    continue. Returns OK (a terminal event was delivered), CANCELLED or
+    STOPPED; raises for invalid input and re-raises an exception that
+    on_batch raised. Blocks: call it from a worker thread.
     """
+    keepalive: list[Any] = []
     params = ffi.new("sa_run_params *")
     prompt = ffi.new("int32_t[]", tokens)
     params.prompt = prompt
     params.n_prompt = len(tokens)
     params.max_tokens = max_tokens
     params.emit_stats_every = emit_stats_every
-    keepalive: list[Any] = []
-    sampling.fill(params.sampling, ffi, keepalive)
+    fill(params.sampling, sampling, keepalive)
     callback = _Callback(on_batch)
     user = ffi.new_handle(callback)
     status = lib.sa_session_run(handle, params, lib._sa_on_events, user)
@@ -94,18 +96,31 @@ def clear_cancel(handle: SessionHandle) -> None:
     lib.sa_session_clear_cancel(handle)
 
 
-def stats(handle: SessionHandle, which: int) -> StatsSnapshot:
-    """Snapshot of the session's counters: which=0 cumulative, 1 last run."""
+_ARRAY_FIELDS = tuple(name for name in STATS_FIELDS if stats_field_kind(name) == "array")
+_SCALAR_FIELDS = tuple(name for name in STATS_FIELDS if name not in _ARRAY_FIELDS)
+
+
+def stats(handle: SessionHandle, which: int) -> dict[str, Any]:
+    """A consistent snapshot of the session's counters: which=0 cumulative, 1 last run.
+
+    Returns `snapshot_values`. Lock-free: any thread, also while a run is
+    going on.
+    """
     s = ffi.new("sa_stats *")
     lib.sa_session_stats(handle, which, s)
-    n = s.n_pos
-    # Positional construction: this is polled at up to kHz rates (see bench_actor).
-    return StatsSnapshot(
-        s.iters, s.drafts_generated, s.drafts_accepted, s.acceptance_rate, s.tokens_emitted,
-        s.tokens_per_sec, Timings(s.t_prefill_us, s.t_draft_us, s.t_verify_us, s.t_sample_us, s.t_total_us),
-        s.ttft_us, s.prompt_tokens, s.n_draft, tuple(ffi.unpack(s.accepted_per_pos, n)),
-        tuple(ffi.unpack(s.drafted_per_pos, n)), s.requests, bool(s.running), s.t_decode_us,
-        drafter_name(s.drafter), drafter_table(s.drafter_steps, s.drafter_drafted, s.drafter_accepted, s.tokens_emitted))
+    return snapshot_values(s)
+
+
+def snapshot_values(s: Any) -> dict[str, Any]:
+    """The fields of a cffi ``sa_stats`` as plain values, keyed by `schema.STATS_FIELDS`.
+
+    The arrays become tuples, the per-position ones cut to ``n_pos``.
+    """
+    values = {name: getattr(s, name) for name in _SCALAR_FIELDS}
+    for name in _ARRAY_FIELDS:
+        array = getattr(s, name)
+        values[name] = tuple(ffi.unpack(array, s.n_pos) if stats_array_per_pos(name) else array)
+    return values
 
 
 def stats_version(handle: SessionHandle) -> int:

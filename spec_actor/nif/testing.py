@@ -1,14 +1,16 @@
 """Checked wrappers for the test probes of the ABI (its TESTING section).
 
 Not used by generation: the test suite and benchmarks call these to inspect
-a session, through `spec_actor.Session.top2`.
+a session (`spec_actor.Session.top2`, tests/test_stats_snapshots.py).
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 from ._check import check
 from ._raw import ffi, lib
-from .session import SessionHandle
+from .session import SessionHandle, snapshot_values
 
 
 def top2(handle: SessionHandle, tokens: list[int]) -> tuple[int, int, float]:
@@ -20,3 +22,18 @@ def top2(handle: SessionHandle, tokens: list[int]) -> tuple[int, int, float]:
     a, b, m = ffi.new("int32_t *"), ffi.new("int32_t *"), ffi.new("float *")
     check(lib.sa_testing_top2(handle, buf, len(tokens), a, b, m), "top-2 probe")
     return a[0], b[0], m[0]
+
+
+def poll_stats(handle: SessionHandle, which: int, *, until_requests: int, max_polls: int,
+               cap: int = 4096) -> tuple[list[dict[str, Any]], int]:
+    """Poll the session's stats natively, as fast as possible, from the calling thread.
+
+    Returns the distinct snapshots seen (each as `session.stats` returns
+    them), at most ``cap``, and the number of polls. Stops once
+    ``until_requests`` runs have finished or after ``max_polls`` polls.
+    Releases the GIL while polling: run it beside a generation.
+    """
+    out = ffi.new("sa_stats[]", cap)
+    n, polls = ffi.new("int32_t *"), ffi.new("int64_t *")
+    check(lib.sa_testing_poll_stats(handle, which, until_requests, max_polls, out, cap, n, polls), "poll stats")
+    return [snapshot_values(out[i]) for i in range(n[0])], polls[0]

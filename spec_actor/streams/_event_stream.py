@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections import deque
 from types import TracebackType
@@ -11,6 +12,7 @@ import trio
 
 from .._errors import GenerationTimeout, SpecActorError
 from .._events import TERMINAL, Done, Error, Event, Token
+from .._guards import ensure_trio_caller
 from .._request import STARTED, Request, State
 from .._stats import StatsSnapshot
 from ._stop import StopMatcher
@@ -156,6 +158,7 @@ class EventStream:
     # -- internals ----------------------------------------------------------------
 
     def _submit(self) -> None:
+        ensure_trio_caller(self._token, "iterating a stream")
         if self._req.state is State.NEW and not self._ended:
             self._source._submit(self._req)
 
@@ -201,8 +204,10 @@ class EventStream:
             self._started = True
             return
         req.permits.release()
-        if self._take(batch):
+        if self._take(batch) and self._stop is not None:
             await self._stop_run()
+            # The run went on past the stop string: count only what was delivered.
+            req.final_stats = dataclasses.replace(req.final_stats, tokens_emitted=self._stop.released)
             self._end(Done(req.final_stats, reason="stop"))
 
     def _take(self, batch: list[Event]) -> bool:

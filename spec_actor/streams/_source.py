@@ -10,6 +10,7 @@ import trio
 from .._chat import Message
 from .._model import Model
 from .._options import RequestOptions
+from .._guards import ensure_trio_caller
 from .._request import Request
 from ._event_stream import EventStream
 from ._text_stream import TextStream
@@ -57,6 +58,7 @@ class StreamSource:
             PromptError: the prompt is empty or does not fit the context.
             ActorClosedError: the actor (or pool) is closed.
         """
+        ensure_trio_caller(self._trio_token, "stream_events/stream/generate/chat")
         opts = RequestOptions.from_kwargs(**options)
         tokens = self._check_prompt(prompt, opts)
         return EventStream(self, Request(tokens, opts, self._buffer), self._trio_token)

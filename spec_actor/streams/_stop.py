@@ -17,12 +17,14 @@ class StopMatcher:
     dropped.
     """
 
-    __slots__ = ("_stops", "_held", "_text")
+    __slots__ = ("_stops", "_held", "_text", "released")
 
     def __init__(self, stops: tuple[str, ...]) -> None:
         self._stops = stops
         self._held: list[Token] = []
         self._text = ""  # the joined text of the held tokens
+        self.released = 0
+        """Tokens released so far (a cut one included)."""
 
     def push(self, token: Token) -> tuple[list[Token], bool]:
         """Add a token; return the tokens safe to release and whether a stop string matched."""
@@ -30,7 +32,9 @@ class StopMatcher:
         self._text += token.text
         found = [i for i in (self._text.find(s) for s in self._stops) if i >= 0]
         if found:
-            return self._cut(min(found)), True
+            out = self._cut(min(found))
+            self.released += len(out)
+            return out, True
         keep = self._partial_len()
         released: list[Token] = []
         rest = len(self._text)
@@ -39,11 +43,13 @@ class StopMatcher:
             rest -= len(head.text)
             released.append(head)
         self._text = self._text[len(self._text) - rest:]
+        self.released += len(released)
         return released, False
 
     def flush(self) -> list[Token]:
         """Release everything held (the generation ended without a match)."""
         held, self._held, self._text = self._held, [], ""
+        self.released += len(held)
         return held
 
     def _partial_len(self) -> int:

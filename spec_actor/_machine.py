@@ -1,0 +1,21 @@
+"""The machine a benchmark ran on, for the JSON of ``spec-actor bench`` and of the scripts in ``bench/``."""
+
+from __future__ import annotations
+
+import os
+import platform
+from typing import Any
+
+
+def machine_info() -> dict[str, Any]:
+    """CPU model, CPU count, the CPUs this process may use, OS, Python and the 1-minute load average."""
+    cpu = platform.processor()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), cpu)
+    except OSError:
+        pass
+    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+    return {"cpu": cpu or "unknown", "cpu_count": os.cpu_count(), "cpus_usable": usable,
+            "system": platform.platform(), "python": platform.python_version(), "load_average": load}
