@@ -15,10 +15,10 @@ import trio
 from ._errors import ActorClosedError, ConfigError, QueueFullError, SpecActorError
 from ._events import Event
 from ._groups import unwrap_groups
-from ._guards import ensure_trio
+from ._guards import ensure_trio, ensure_trio_caller
 from ._model import Model
 from ._options import RequestOptions
-from ._request import EMPTY_STATS, STARTED, Request, State
+from ._request import EMPTY_STATS, STARTED, Request, RequestOwner, State
 from ._session import RunResult, Session
 from ._spec import DEFAULT_SPEC, Spec
 from ._stats import StatsSnapshot
@@ -46,6 +46,10 @@ class GenerationActor(StreamSource):
     the actor. `stats`, `stream.stats()` and `print_stats` may be called
     from any task or thread; they take no lock.
 
+    `prepare_request` and `submit_request` are package-internal (the
+    `RequestQueue` hooks that streams and pools use); applications make
+    requests with `stream_events`, `stream` and `generate`.
+
     **Cancellation**: a request whose stream is left early (``break``, an
     exception, a cancel scope, ``aclose()``, or a dropped plain ``async
     for``) leaves the queue, or has the native cancel flag set, which the
@@ -55,15 +59,18 @@ class GenerationActor(StreamSource):
     actor is idle when they return; see `EventStream`.
     """
 
-    __slots__ = ("_session", "_max_queue", "_buffer", "_trio_token", "_trio_thread", "_queue", "_lot",
+    __slots__ = ("_session", "_max_queue", "_buffer", "_trio_token", "_owner", "_queue", "_lot",
                  "_current", "_closed", "_failure", "_limiter", "_final_stats")
 
-    def __init__(self, session: Session, *, max_queue: int, buffer: int) -> None:
+    def __init__(self, session: Session, nursery: trio.Nursery, *, max_queue: int, buffer: int) -> None:
+        """Serve ``session`` from a task in ``nursery``; the actor frees the session when that task ends."""
         self._session = session
         self._max_queue = max_queue
         self._buffer = buffer
         self._trio_token = trio.lowlevel.current_trio_token()
-        self._trio_thread = threading.get_ident()
+        self._owner = RequestOwner(withdraw=self._withdraw, interrupt=session.cancel,
+                                   live_stats=session.last_stats, trio_token=self._trio_token,
+                                   trio_thread=threading.get_ident())
         self._queue: deque[Request] = deque()
         self._lot = trio.lowlevel.ParkingLot()
         self._current: Request | None = None
@@ -71,6 +78,7 @@ class GenerationActor(StreamSource):
         self._failure: BaseException | None = None
         self._limiter = trio.CapacityLimiter(1)  # our own: the app's to_thread use cannot starve us
         self._final_stats: StatsSnapshot | None = None
+        nursery.start_soon(self._serve)
 
     # -- public -----------------------------------------------------------------
 
@@ -156,12 +164,23 @@ class GenerationActor(StreamSource):
         state = "closed" if self._closed else f"running {self.busy}, {self.queued} queued"
         return f"<spec_actor.GenerationActor spec={self.spec.type!r} n_ctx={self.n_ctx} {state}>"
 
+    def close(self) -> None:
+        """Take no more requests: queued ones end with `ActorClosedError`, the running one is cancelled.
+
+        Synchronous and idempotent; leaving the ``async with open_actor(...)``
+        block does it, then waits for the native loop and frees the session.
+        """
+        self._shutdown()
+
     # -- requests (trio thread) -----------------------------------------------------
 
-    def _check_prompt(self, prompt: str | Sequence[int], options: RequestOptions) -> list[int]:
+    def prepare_request(self, prompt: str | Sequence[int], options: RequestOptions) -> Request:
+        """Package-internal: a request for ``prompt``, checked against the context (`RequestQueue`)."""
+        ensure_trio_caller(self._trio_token, "stream_events/stream/generate/chat")
         self._check_open()
-        return self._session.tokenize(prompt, add_special=options.add_special,
-                                      parse_special=options.parse_special)
+        tokens = self._session.tokenize(prompt, add_special=options.add_special,
+                                        parse_special=options.parse_special)
+        return Request(tokens, options, self._buffer)
 
     def _check_open(self) -> None:
         if self._closed:
@@ -169,18 +188,19 @@ class GenerationActor(StreamSource):
                 raise ActorClosedError(f"the actor stopped after a failure: {self._failure!r}") from self._failure
             raise ActorClosedError("the actor is closed; make requests inside its `async with open_actor(...)`")
 
-    def _submit(self, request: Request) -> None:
+    def submit_request(self, request: Request) -> None:
+        """Package-internal: queue ``request`` and bind it to this actor (`RequestQueue`)."""
+        ensure_trio_caller(self._trio_token, "iterating a stream")
         self._check_open()
         if len(self._queue) >= self._max_queue:
             raise QueueFullError(
                 f"the actor's mailbox is full ({self._max_queue} requests waiting); "
                 "wait for some to finish, open the actor with a larger max_queue, or use a pool")
-        request.actor = self
-        request.state = State.QUEUED
+        request.bind(self._owner)
         self._queue.append(request)
         self._lot.unpark()
 
-    def _cancel(self, request: Request) -> None:
+    def _withdraw(self, request: Request) -> None:
         """Stop a request of this actor: out of the queue, or the native cancel flag."""
         request.cancelled = True
         if request.state is State.QUEUED:
@@ -196,8 +216,10 @@ class GenerationActor(StreamSource):
 
     # -- the actor task ---------------------------------------------------------------
 
-    async def _serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        task_status.started()
+    async def _serve(self) -> None:
+        # Runs the requests one by one; when it ends no worker thread is left
+        # (each run waits for its thread, even when cancelled), so it keeps the
+        # session's last statistics and frees it.
         try:
             while True:
                 while not self._queue and not self._closed:
@@ -208,6 +230,10 @@ class GenerationActor(StreamSource):
         except Exception as exc:  # noqa: BLE001 - reported to every caller instead
             self._failure = exc
             self._shutdown(ActorClosedError(f"the actor stopped after a failure: {exc!r}"))
+        finally:
+            self._shutdown()
+            self._final_stats = self._session.stats()
+            self._session.close()
 
     async def _run(self, req: Request) -> None:
         # The cancel flag is cleared here, between requests, never while one runs.
@@ -327,14 +353,12 @@ async def open_actor(model: Model, *, spec: Spec | str = DEFAULT_SPEC, n_ctx: in
     make = functools.partial(Session, model, spec=spec, n_ctx=n_ctx, **context_options)
     with unwrap_groups():
         session = await trio.to_thread.run_sync(make)
-        actor = GenerationActor(session, max_queue=max_queue, buffer=stream_buffer)
         try:
             async with trio.open_nursery() as nursery:
-                await nursery.start(actor._serve)
+                actor = GenerationActor(session, nursery, max_queue=max_queue, buffer=stream_buffer)
                 try:
                     yield actor
                 finally:
-                    actor._shutdown()
+                    actor.close()
         finally:
-            actor._final_stats = session.stats()
-            session.close()
+            session.close()  # the actor's task closed it already, unless the actor was never made

@@ -9,7 +9,7 @@ for the rest.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal, NamedTuple, Union, final
 
 import msgpack
@@ -91,9 +91,17 @@ class Error:
     """What went wrong."""
     code: int | None = None
     """The native ``sa_status``, if the failure came from native code."""
+    cause: SpecActorError | None = field(default=None, compare=False, repr=False)
+    """The exception behind the event when spec_actor raised it (a timeout, a closed actor), else None."""
 
     def exception(self) -> SpecActorError:
-        """Return the exception matching this error, to raise at the API boundary."""
+        """Return the exception matching this error, to raise at the API boundary.
+
+        That is `cause` where there is one, else an exception of the class
+        that `code` maps to.
+        """
+        if self.cause is not None:
+            return self.cause
         if self.code is None:
             return SpecActorError(self.reason)
         return error_for_status(self.code, self.reason)

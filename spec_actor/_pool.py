@@ -33,15 +33,16 @@ class ActorPool(StreamSource):
 
     **Cancellation**: as for a single actor (see `EventStream`); a request
     cancelled on one actor does not disturb the others.
+
+    `prepare_request` and `submit_request` are package-internal (the
+    `RequestQueue` hooks of streams).
     """
 
-    __slots__ = ("_actors", "_next", "_buffer", "_trio_token", "_closed")
+    __slots__ = ("_actors", "_next", "_closed")
 
     def __init__(self, actors: Sequence[GenerationActor]) -> None:
         self._actors = tuple(actors)
         self._next = 0
-        self._buffer = actors[0]._buffer
-        self._trio_token = actors[0]._trio_token
         self._closed = False
 
     @property
@@ -86,17 +87,25 @@ class ActorPool(StreamSource):
         loads = ", ".join(str(a.load) for a in self._actors)
         return f"<spec_actor.ActorPool size={self.size} loads=[{loads}]{' closed' if self._closed else ''}>"
 
-    def _check_prompt(self, prompt: str | Sequence[int], options: RequestOptions) -> list[int]:
+    def close(self) -> None:
+        """Take no more requests and close every actor at once (see `GenerationActor.close`)."""
+        self._closed = True
+        for actor in self._actors:
+            actor.close()
+
+    def prepare_request(self, prompt: str | Sequence[int], options: RequestOptions) -> Request:
+        """Package-internal: a request checked against the actors' context (`RequestQueue`)."""
         if self._closed:
             raise ActorClosedError("the pool is closed; make requests inside its `async with open_pool(...)`")
-        return self._actors[0]._check_prompt(prompt, options)
+        return self._actors[0].prepare_request(prompt, options)  # every actor has the same context
 
-    def _submit(self, request: Request) -> None:
+    def submit_request(self, request: Request) -> None:
+        """Package-internal: queue ``request`` on the least busy actor (`RequestQueue`)."""
         # Least loaded; among equals, round robin so idle actors share the work.
         n = len(self._actors)
         order = [self._actors[(self._next + i) % n] for i in range(n)]
         actor = min(order, key=lambda a: a.load)
-        actor._submit(request)
+        actor.submit_request(request)
         self._next = (self._actors.index(actor) + 1) % n
 
 
@@ -139,6 +148,4 @@ async def open_pool(model: Model, *, size: int = 2, spec: Spec | str = DEFAULT_S
         try:
             yield pool
         finally:
-            pool._closed = True
-            for actor in actors:  # cancel all at once; the stack then waits for each
-                actor._shutdown()
+            pool.close()  # cancel all at once; the stack then waits for each

@@ -1,10 +1,17 @@
-"""One generation request: what the stream and the actor share about it."""
+"""One generation request: what its stream and the actor that runs it share.
+
+The stream and the actor never touch each other: the stream talks to its
+`Request`, and the actor binds the request to itself (`Request.bind`) with
+the few calls a request needs of its owner (`RequestOwner`) when it takes
+the request into its mailbox.
+"""
 
 from __future__ import annotations
 
 import enum
 import threading
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import trio
 
@@ -13,10 +20,7 @@ from ._events import Event
 from ._options import RequestOptions
 from ._stats import NATIVE_FIELDS, StatsSnapshot
 
-if TYPE_CHECKING:
-    from ._actor import GenerationActor
-
-__all__ = ["EMPTY_STATS", "STARTED", "Request", "State"]
+__all__ = ["EMPTY_STATS", "STARTED", "Request", "RequestOwner", "State"]
 
 EMPTY_STATS = StatsSnapshot.from_fields(
     **{name: () if name.endswith("_per_pos") or name.startswith("drafter_") else 0 for name in NATIVE_FIELDS}
@@ -28,6 +32,8 @@ STARTED: list[Event] = []
 
 
 class State(enum.Enum):
+    """Where a request is in its life; it only moves forward."""
+
     NEW = "new"
     """Created by a stream, not yet submitted."""
     QUEUED = "queued"
@@ -38,17 +44,34 @@ class State(enum.Enum):
     """Over: the native loop returned, or the request left the queue."""
 
 
+@dataclass(frozen=True, slots=True)
+class RequestOwner:
+    """What a request may ask of the actor that took it: bound by `Request.bind`."""
+
+    withdraw: Callable[[Request], None]
+    """Take the request out of the queue, or stop its native run (trio thread only)."""
+    interrupt: Callable[[], None]
+    """Set the native cancel flag of the running request (lock-free, any thread)."""
+    live_stats: Callable[[], StatsSnapshot]
+    """Statistics of the running request (lock-free, any thread)."""
+    trio_token: trio.lowlevel.TrioToken
+    """The trio run the owner lives in, to call `withdraw` from another thread."""
+    trio_thread: int
+    """The owner's trio thread (``threading.get_ident()``)."""
+
+
 class Request:
     """A request's state, its event channel and its outcome.
 
-    Created by a stream, submitted to an actor (which sets `actor`), run by
-    the actor's task and worker thread. Everything but `cancelled` (read by
-    the worker thread) is changed in the trio thread only.
+    Created for a stream, submitted to an actor (which binds itself with
+    `bind`), run by the actor's task and worker thread. Everything but
+    `cancelled` (read by the worker thread) is changed in the trio thread
+    only.
     """
 
     __slots__ = (
-        "tokens", "options", "send", "receive", "permits", "state", "actor", "cancelled",
-        "finished", "error", "final_stats",
+        "tokens", "options", "send", "receive", "permits", "state", "cancelled", "finished", "error",
+        "final_stats", "_owner",
     )  # fmt: skip
 
     def __init__(self, tokens: list[int], options: RequestOptions, buffer: int) -> None:
@@ -62,7 +85,6 @@ class Request:
         self.receive: trio.MemoryReceiveChannel[list[Event]]
         self.send, self.receive = trio.open_memory_channel(buffer + 1)  # + STARTED
         self.state = State.NEW
-        self.actor: GenerationActor | None = None
         self.cancelled = False
         """The consumer left (or a stop string matched): stop at the next loop step."""
         self.finished = trio.Event()
@@ -71,6 +93,14 @@ class Request:
         """Why the request ended without a terminal event, if it did not run to one."""
         self.final_stats = EMPTY_STATS
         """The request's statistics once finished."""
+        self._owner: RequestOwner | None = None
+
+    # -- the owner's side ---------------------------------------------------------
+
+    def bind(self, owner: RequestOwner) -> None:
+        """Queue the request on ``owner`` (trio thread; by the actor that takes it)."""
+        self._owner = owner
+        self.state = State.QUEUED
 
     def deliver(self, batch: list[Event]) -> None:
         """Put a batch of the worker thread into the channel (trio thread, by run_sync_soon).
@@ -95,3 +125,45 @@ class Request:
         self.state = State.FINISHED
         self.send.close()
         self.finished.set()
+
+    # -- the stream's side ----------------------------------------------------------
+
+    def cancel(self) -> None:
+        """Stop the request, queued or running, and close its channel (trio thread only).
+
+        Idempotent. The native loop stops within one step; `finished` is set
+        once it has.
+        """
+        if self._owner is not None and self.state is not State.FINISHED:
+            self._owner.withdraw(self)
+        self.receive.close()
+
+    def cancel_soon(self) -> None:
+        """`cancel` from any thread, for a stream that was dropped unclosed.
+
+        In the owner's trio thread the native cancel flag is set at once
+        (lock-free); the rest of `cancel` runs there as soon as possible.
+        """
+        owner = self._owner
+        if owner is None or self.state is State.FINISHED:
+            return
+        if threading.get_ident() == owner.trio_thread:
+            self.cancelled = True
+            if self.state is State.RUNNING:
+                owner.interrupt()
+        try:
+            owner.trio_token.run_sync_soon(self.cancel)
+        except trio.RunFinishedError:
+            pass
+
+    def stats(self) -> StatsSnapshot:
+        """Live statistics while running, the final ones once over, zeros before (any thread)."""
+        owner = self._owner
+        if self.state is State.RUNNING and owner is not None:
+            try:
+                snapshot = owner.live_stats()
+            except Exception:  # noqa: BLE001 - the owner closed meanwhile
+                return self.final_stats
+            if self.state is State.RUNNING:
+                return snapshot
+        return self.final_stats

@@ -10,7 +10,10 @@ from ._errors import ConfigError
 from ._validate import check_float, check_int
 from .nif import schema
 
-__all__ = ["AUTO_N_DRAFT_CEILING", "DEFAULT_SPEC", "SA_MAX_DRAFT_POS", "SPEC_TYPES", "Spec"]
+__all__ = [
+    "AUTO_N_DRAFT_CEILING", "DEFAULT_SPEC", "DRAFT_MODEL_TYPES", "OPTIONAL_DRAFT_MODEL_TYPES", "SA_MAX_DRAFT_POS",
+    "SPEC_TYPES", "Spec", "canonical_type",
+]
 
 SA_MAX_DRAFT_POS = schema.MAX_DRAFT_POS
 """The most tokens one step may draft (the native per-position stats size)."""
@@ -55,6 +58,12 @@ SPEC_TYPES: tuple[str, ...] = tuple(_TYPES)
 DEFAULT_SPEC = "auto"
 """The spec of `open_actor`, `open_pool`, `Session` and ``spec-actor generate``
 when none is given. ``"none"`` turns speculation off."""
+
+DRAFT_MODEL_TYPES: frozenset[str] = _NEEDS_DRAFT_MODEL
+"""The types that draft with a second model and need ``draft_model``."""
+
+OPTIONAL_DRAFT_MODEL_TYPES: frozenset[str] = _TAKES_DRAFT_MODEL - _NEEDS_DRAFT_MODEL
+"""The types that may take a ``draft_model`` without needing one (``auto``)."""
 
 
 @final
@@ -210,6 +219,15 @@ class Spec:
             if value != default or type(value) is not type(default):
                 parts.append(f"{f.name}={value!r}")
         return f"Spec({', '.join(parts)})"
+
+
+def canonical_type(type_: object) -> str:
+    """llama.cpp's name of a speculative type given by any of its names or aliases.
+
+    Raises:
+        ConfigError: ``type_`` names no speculative type; the message lists them.
+    """
+    return _canonical(type_)
 
 
 def _canonical(type_: object) -> str:

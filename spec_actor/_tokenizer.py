@@ -1,20 +1,25 @@
-"""Tokenizer of a loaded model, with a UTF-8-safe incremental detokenizer."""
+"""Tokenizer of a loaded model: text <-> token ids."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Iterable
+from typing import Any, Iterable, Protocol
 
-from ._utf8 import Utf8Stream
 from .nif import model as _nm
 
-if TYPE_CHECKING:
-    from ._model import Model
+
+class NativeModel(Protocol):
+    """What a `Tokenizer` needs of its model: the native handle (a `Model` has it)."""
+
+    @property
+    def handle(self) -> Any:
+        """The native model handle; raises `ModelLoadError` once the model is closed."""
+        ...
 
 
 class Tokenizer:
     """Text <-> token ids for one model. Thread-safe."""
 
-    def __init__(self, model: Model) -> None:
+    def __init__(self, model: NativeModel) -> None:
         self._model = model
 
     def encode(self, text: str, *, add_special: bool = True, parse_special: bool = False) -> list[int]:
@@ -30,28 +35,6 @@ class Tokenizer:
         """Text of a token sequence (invalid UTF-8 becomes U+FFFD)."""
         return b"".join(self.piece(t, special=special) for t in tokens).decode("utf-8", "replace")
 
-    def detokenizer(self) -> Detokenizer:
-        """A fresh incremental detokenizer for one stream of tokens."""
-        return Detokenizer(self)
-
     def is_eog(self, token: int) -> bool:
         """Whether token ends generation."""
         return _nm.is_eog(self._model.handle, token)
-
-
-class Detokenizer:
-    """Turns tokens into text one at a time, holding back split characters.
-
-    ``push`` returns only complete UTF-8 text, so every piece is a valid
-    string and the joined pieces plus ``flush()`` equal ``decode(tokens)``.
-    """
-
-    def __init__(self, tokenizer: Tokenizer) -> None:
-        self._tokenizer = tokenizer
-        self._utf8 = Utf8Stream()
-
-    def push(self, token: int) -> str:
-        return self._utf8.push(self._tokenizer.piece(token))
-
-    def flush(self) -> str:
-        return self._utf8.flush()

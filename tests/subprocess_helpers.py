@@ -38,6 +38,8 @@ def run_child(code: str, *args: str, timeout: float = 120.0) -> ChildResult:
     longer than ``timeout`` seconds: a hang is a failure, never a wait.
     """
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(TESTS_DIR), os.environ.get("PYTHONPATH", "")]))
+    # cwd: `python -c` puts the working directory first on sys.path, and from
+    # the checkout's root that would shadow the installed package
     proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code), *args], capture_output=True, text=True,
-                          timeout=timeout, env=env, check=False)
+                          timeout=timeout, env=env, check=False, cwd=TESTS_DIR)
     return ChildResult(proc.returncode, proc.stdout, proc.stderr)

@@ -351,3 +351,25 @@ async def test_closing_while_the_reader_never_reads(gemma):
     events = [ev async for ev in stream]
     assert isinstance(events[-1], Error) and "closed" in events[-1].reason
     assert len(token_events(events)) >= 1
+
+
+async def test_close_inside_the_block_ends_requests_and_refuses_new_ones(gemma):
+    async with open_actor(gemma, n_ctx=256) as actor:
+        async with actor.stream_events(STORY, max_tokens=400) as events:
+            assert type(await events.__anext__()) is Token
+            queued = actor.stream(STORY, max_tokens=4)
+            await queued.__aenter__()
+            assert actor.busy and actor.queued == 1
+            actor.close()
+            actor.close()  # idempotent
+            rest = [ev async for ev in events]
+        assert isinstance(rest[-1], Error) and "closed while this request was running" in rest[-1].reason
+        assert isinstance(rest[-1].exception(), ActorClosedError)
+        with pytest.raises(ActorClosedError, match="closed before this request started"):
+            async for _ in queued:
+                pass
+        with pytest.raises(ActorClosedError):
+            actor.stream(STORY)
+        assert actor.closed and actor.queued == 0
+    # The actor's task freed the session and kept its last statistics.
+    assert actor.session.closed and actor.stats().requests == 1

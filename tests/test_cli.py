@@ -17,10 +17,12 @@ import time
 from pathlib import Path
 
 import pytest
+import trio
 from tiny_model_fixtures import tiny_paths  # noqa: F401 - a fixture
 
 import spec_actor
 from spec_actor.cli import _bench, _prompts, main
+from spec_actor.cli._interrupts import Interrupts
 
 REPO = Path(__file__).resolve().parent.parent
 # The directory that holds the spec_actor the tests import (the work tree or site-packages).
@@ -104,6 +106,37 @@ def test_generate_with_a_grammar_and_chat_format(tmp_path):
     proc = cli("generate", "Is the sky blue?", "--chat", "--grammar", str(grammar), "-n", "8")
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout in ("yes", "no")
+
+
+def _greedy_reply(model: spec_actor.Model, formatted: str, max_tokens: int) -> spec_actor.RunResult:
+    """The greedy reply to a conversation formatted by hand, on a bare session (not the actor)."""
+    with spec_actor.Session(model, n_ctx=512, n_threads=2) as session:
+        return session.run(formatted, max_tokens=max_tokens, temp=0.0, parse_special=True)
+
+
+def test_generate_chat_with_a_system_message_uses_the_models_turns(gemma):
+    proc = cli("generate", "Name a colour.", "--system", "Answer in one word.", "-n", "12", "-t", "2",
+               "--n-ctx", "512")
+    assert proc.returncode == 0, proc.stderr
+    # Gemma's published turn format, by hand: the system text opens the user turn.
+    expected = _greedy_reply(gemma, "<start_of_turn>user\nAnswer in one word.\n\nName a colour.<end_of_turn>\n"
+                                    "<start_of_turn>model\n", 12)
+    assert proc.stdout == expected.text
+    outcome = "end of generation" if expected.status == "eog" else "done"
+    assert proc.stderr.startswith(f"spec-actor: {outcome} after "), proc.stderr
+
+
+def test_generate_chat_template_overrides_the_models_own(gemma):
+    proc = cli("generate", "Name a colour.", "--chat-template", "chatml", "-n", "8", "-t", "2", "--n-ctx", "512")
+    assert proc.returncode == 0, proc.stderr
+    expected = _greedy_reply(gemma, "<|im_start|>user\nName a colour.<|im_end|>\n<|im_start|>assistant\n", 8)
+    assert proc.stdout == expected.text
+
+
+def test_chat_on_a_model_without_a_template_is_one_line(tiny_paths):  # noqa: F811
+    proc = cli("generate", "hello", "--chat", "--model", str(tiny_paths.target), "-n", "4")
+    assert_one_error_line(proc, "--chat", "no chat template")
+    assert proc.returncode == 2
 
 
 def test_generate_mtp_on_a_model_with_nextn_layers(tiny_paths):  # noqa: F811
@@ -283,6 +316,71 @@ def test_bench_json_schema_on_a_tiny_run(tmp_path):
     assert any(line.split()[:2] == ["prompt", "type"] for line in lines)
     assert any(line.split()[:2] == ["copy", "none"] for line in lines)
     assert any(line.split()[:2] == ["copy", "ngram-cache"] for line in lines)
+
+
+def test_ctrl_c_stops_bench_and_prints_the_runs_that_finished():
+    # stderr on a terminal draws the progress line; SIGINT once the second run has begun.
+    master, slave = pty.openpty()
+    env = _env()
+    env["TERM"] = "xterm"
+    proc = subprocess.Popen([*CLI, "bench", "--types", "none,ngram-mod", "--prompts", "copy", "-n", "16",
+                             "-r", "50", "--warmup", "0"], stdin=subprocess.DEVNULL, cwd=RUN_DIR,
+                            stdout=subprocess.PIPE, stderr=slave, env=env)
+    os.close(slave)
+    seen = b""
+    try:
+        deadline = time.monotonic() + TIMEOUT
+        while b"bench 2/100" not in seen and time.monotonic() < deadline and proc.poll() is None:
+            if select.select([master], [], [], 0.2)[0]:
+                seen += os.read(master, 65536)
+        assert b"bench 2/100" in seen, seen
+        proc.send_signal(signal.SIGINT)
+        out = proc.stdout.read().decode() if proc.stdout is not None else ""
+        rc = proc.wait(timeout=TIMEOUT)
+        while select.select([master], [], [], 0.2)[0]:
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:
+                break
+            if not chunk:
+                break
+            seen += chunk
+    finally:
+        proc.kill()
+        proc.wait()
+        os.close(master)
+    err = seen.decode()
+    assert rc == 130, err
+    assert "interrupted; the table shows the runs that finished" in err and "Traceback" not in err
+    rows = [line.split()[:2] for line in out.splitlines()]
+    assert ["copy", "none"] in rows  # the first run finished before the signal
+
+
+def test_interrupts_cancel_the_work_on_a_signal_and_pass_results_and_errors_through():
+    async def interrupted() -> str:
+        os.kill(os.getpid(), signal.SIGINT)
+        await trio.sleep_forever()
+        return "never"
+
+    async def bounded(interrupts: Interrupts, work):  # type: ignore[no-untyped-def]
+        with trio.fail_after(30):
+            return await interrupts.run(work)
+
+    interrupts = Interrupts()
+    assert trio.run(bounded, interrupts, interrupted) is None
+    assert interrupts.signum == signal.SIGINT and interrupts.exit_code == 130
+
+    async def answer() -> int:
+        return 42
+
+    calm = Interrupts()
+    assert trio.run(bounded, calm, answer) == 42 and calm.signum is None
+
+    async def fail() -> None:
+        raise spec_actor.ConfigError("bad option")
+
+    with pytest.raises(spec_actor.ConfigError, match="bad option"):  # plain, not in an ExceptionGroup
+        trio.run(bounded, Interrupts(), fail)
 
 
 def test_bench_plot_without_matplotlib_is_a_clear_error(tmp_path):

@@ -101,3 +101,13 @@ def test_error_event_exception():
     assert type(exc) is DecodeError and exc.code == 16
     plain = Error("worker died").exception()
     assert type(plain) is SpecActorError and plain.code is None and plain.message == "worker died"
+
+
+def test_error_made_by_spec_actor_carries_its_exception_and_compares_without_it():
+    from spec_actor._errors import GenerationTimeout
+
+    timeout = GenerationTimeout("no event for 1 s")
+    event = Error(timeout.message, cause=timeout)
+    assert event.exception() is timeout
+    assert event == Error("no event for 1 s") and "cause" not in repr(event)
+    assert type(Error("native", 16).exception()) is DecodeError

@@ -47,7 +47,7 @@ class Worker:
     """A child that loads and runs one damaged file at a time."""
 
     def __init__(self) -> None:
-        self.proc = subprocess.Popen([sys.executable, "-c", WORKER], stdin=subprocess.PIPE,
+        self.proc = subprocess.Popen([sys.executable, "-c", WORKER], cwd=Path(__file__).parent, stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         self.sel = selectors.DefaultSelector()
         self.sel.register(self.proc.stdout, selectors.EVENT_READ)

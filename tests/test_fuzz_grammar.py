@@ -16,6 +16,7 @@ import subprocess
 import sys
 import textwrap
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -50,7 +51,7 @@ class Worker:
     """The child that validates and runs grammars; restarted after it dies."""
 
     def __init__(self) -> None:
-        self.proc = subprocess.Popen([sys.executable, "-c", WORKER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        self.proc = subprocess.Popen([sys.executable, "-c", WORKER], cwd=Path(__file__).parent, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=subprocess.DEVNULL, text=True)
         assert self._read() == "ready"
         self.outcomes: dict[str, int] = {}

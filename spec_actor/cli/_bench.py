@@ -1,8 +1,8 @@
 """``spec-actor bench``: every requested speculative type on the built-in prompts.
 
-Each measured run is greedy generation in a fresh session (so no n-gram
-state carries over between runs), timed by the native decode clock (prompt
-prefill excluded). Runs are interleaved -- repeat by repeat, prompt by
+Each measured run is greedy generation on a fresh actor (a fresh session, so
+no n-gram state carries over between runs), timed by the native decode clock
+(prompt prefill excluded). Runs are interleaved -- repeat by repeat, prompt by
 prompt, type by type -- so that drift in machine load hits every mode alike.
 """
 
@@ -18,18 +18,21 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+import trio
+
+from .._actor import open_actor
 from .._errors import ConfigError
+from .._events import TERMINAL, Error
 from .._machine import machine_info
 from .._model import Model
 from .._sampling import Sampling
-from .._session import Session
-from .._spec import _NEEDS_DRAFT_MODEL, Spec, _canonical
+from .._spec import DRAFT_MODEL_TYPES, Spec, canonical_type
 from .._stats import StatsSnapshot
 from .._table import Table
-from ._common import (CliError, add_draft_options, add_engine_options, add_model_options, auto_n_ctx,
-                      make_spec, n_draft_arg, open_model, positive_int)
+from ._common import (CliError, Subcommands, add_draft_options, add_engine_options, add_model_options,
+                      auto_n_ctx, make_spec, n_draft_arg, open_model, positive_int)
+from ._interrupts import Interrupts
 from ._prompts import DESCRIPTIONS, PROMPTS
-from ._runner import Interrupts, run_in_worker
 from ._status import LineStatus, NoStatus, is_terminal
 
 DEFAULT_TYPES = ("none", "ngram-mod", "ngram-cache", "ngram-simple", "ngram-map-k", "ngram-map-k4v")
@@ -37,7 +40,7 @@ JSON_SCHEMA = "spec_actor.bench/1"
 _WARMUP_TOKENS = 32
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
+def add_parser(sub: Subcommands) -> None:
     p = sub.add_parser(
         "bench", help="compare speculative types on built-in prompts",
         description="Run the built-in prompts (copy-heavy code, a story, a chat turn) with every requested "
@@ -100,26 +103,28 @@ def run(args: argparse.Namespace) -> int:
     cells = {(p, label): Cell(p, label, spec) for p in prompts for label, spec in specs.items()}
     progress = LineStatus(sys.stdout, sys.stderr) if is_terminal(sys.stderr) else NoStatus(sys.stdout, sys.stderr)
     total = len(cells) * args.repeats + len(specs) * args.warmup
-    done = 0
-    with Interrupts() as interrupts:
-        interrupts.on_force.append(progress.close)
-        try:
-            for label, spec in specs.items():
-                for _ in range(args.warmup):
-                    done += 1
-                    progress.status(f"bench {done}/{total}: warm-up {label}", force=True)
-                    _one_run(model, spec, tokens[prompts[0]], min(args.max_tokens, _WARMUP_TOKENS), n_ctx,
-                             args.threads, interrupts, label)
-            for _ in range(args.repeats):
-                for cell in cells.values():
-                    done += 1
-                    progress.status(f"bench {done}/{total}: {cell.prompt} {cell.label}", force=True)
-                    stats = _one_run(model, cell.spec, tokens[cell.prompt], args.max_tokens, n_ctx,
-                                     args.threads, interrupts, cell.label)
-                    if stats is not None:
-                        cell.samples.append(stats)
-        finally:
-            progress.close()
+
+    async def measure() -> None:
+        done = 0
+        for label, spec in specs.items():
+            for _ in range(args.warmup):
+                done += 1
+                progress.status(f"bench {done}/{total}: warm-up {label}", force=True)
+                await _one_run(model, spec, tokens[prompts[0]], min(args.max_tokens, _WARMUP_TOKENS), n_ctx,
+                               args.threads, label)
+        for _ in range(args.repeats):
+            for cell in cells.values():
+                done += 1
+                progress.status(f"bench {done}/{total}: {cell.prompt} {cell.label}", force=True)
+                cell.samples.append(await _one_run(model, cell.spec, tokens[cell.prompt], args.max_tokens,
+                                                   n_ctx, args.threads, cell.label))
+
+    interrupts = Interrupts()
+    interrupts.on_force.append(progress.close)
+    try:
+        trio.run(interrupts.run, measure)
+    finally:
+        progress.close()
     measured = [c for c in cells.values() if c.samples]
     meta = _meta(model, args, n_ctx)
     if measured:
@@ -135,21 +140,21 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _one_run(model: Model, spec: Spec, tokens: list[int], max_tokens: int, n_ctx: int, threads: int | None,
-             interrupts: Interrupts, label: str) -> StatsSnapshot | None:
-    """One greedy run in a fresh session; None when interrupted."""
-    if interrupts.signum is not None:
-        return None
+async def _one_run(model: Model, spec: Spec, tokens: list[int], max_tokens: int, n_ctx: int,
+                   threads: int | None, label: str) -> StatsSnapshot:
+    """One greedy run on a fresh actor: the request's statistics."""
+    terminal = None
     try:
-        with Session(model, spec=spec, n_ctx=n_ctx, n_threads=threads) as session:
-            result = run_in_worker(session, tokens, interrupts, max_tokens=max_tokens, sampling=Sampling(temp=0.0))
+        async with open_actor(model, spec=spec, n_ctx=n_ctx, n_threads=threads) as actor:
+            async with actor.stream_events(tokens, max_tokens=max_tokens, sampling=Sampling(temp=0.0)) as events:
+                async for ev in events:
+                    if isinstance(ev, TERMINAL):
+                        terminal = ev
     except ConfigError as exc:
         raise CliError(f"{label}: {exc.message}", exit_code=2) from None
-    if result.status == "cancelled":
-        return None
-    if result.status == "error":
-        raise CliError(f"{label}: generation failed: {result.terminal.reason if result.terminal else '?'}")
-    return result.stats
+    if isinstance(terminal, Error):
+        raise CliError(f"{label}: generation failed: {terminal.reason}")
+    return events.stats()
 
 
 def _specs(args: argparse.Namespace) -> dict[str, Spec]:
@@ -159,8 +164,8 @@ def _specs(args: argparse.Namespace) -> dict[str, Spec]:
     specs: dict[str, Spec] = {}
     for name in names:
         try:
-            canon = _canonical(name)
-            draft = args.draft_model if canon in _NEEDS_DRAFT_MODEL else None  # the others ignore it
+            canon = canonical_type(name)
+            draft = args.draft_model if canon in DRAFT_MODEL_TYPES else None  # the others ignore it
             specs[canon] = make_spec(canon, args.n_draft if canon != "none" else None, draft, args.spec_param)
         except ConfigError as exc:
             raise CliError(f"argument --types: {exc.message}", exit_code=2) from None

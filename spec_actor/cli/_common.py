@@ -6,10 +6,10 @@ import argparse
 import dataclasses
 import os
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, NoReturn, Protocol
 
 from .._model import Model, load_model
-from .._spec import _NEEDS_DRAFT_MODEL, _TAKES_DRAFT_MODEL, SA_MAX_DRAFT_POS, Spec, _canonical
+from .._spec import DRAFT_MODEL_TYPES, OPTIONAL_DRAFT_MODEL_TYPES, SA_MAX_DRAFT_POS, Spec, canonical_type
 
 PROG = "spec-actor"
 
@@ -28,6 +28,14 @@ class CliError(Exception):
     def __init__(self, message: str, exit_code: int = 1) -> None:
         super().__init__(message)
         self.exit_code = exit_code
+
+
+class Subcommands(Protocol):
+    """What a subcommand module's ``add_parser`` gets: argparse's ``add_subparsers()`` object."""
+
+    def add_parser(self, name: str, **kwargs: Any) -> argparse.ArgumentParser:
+        """Add the subcommand ``name``; return its parser."""
+        ...
 
 
 class Parser(argparse.ArgumentParser):
@@ -110,12 +118,13 @@ def add_draft_options(parser: argparse.ArgumentParser) -> None:
 def make_spec(type_: str, n_draft: int | str | None, draft_model: str | None,
               params: list[tuple[str, Any]]) -> Spec:
     """A validated Spec; raises ConfigError (bad type or value) or CliError (draft model)."""
-    name = _canonical(type_)
-    needs_draft = name in _NEEDS_DRAFT_MODEL
+    name = canonical_type(type_)
+    needs_draft = name in DRAFT_MODEL_TYPES
     if needs_draft and draft_model is None:
         raise CliError(f"--spec {name} drafts with a second model: pass --draft-model PATH", exit_code=2)
-    if draft_model is not None and name not in _TAKES_DRAFT_MODEL:
-        raise CliError(f"--draft-model is used only by {', '.join(sorted(_TAKES_DRAFT_MODEL))}, "
+    takers = DRAFT_MODEL_TYPES | OPTIONAL_DRAFT_MODEL_TYPES
+    if draft_model is not None and name not in takers:
+        raise CliError(f"--draft-model is used only by {', '.join(sorted(takers))}, "
                        f"not by {name}", exit_code=2)
     draft = _existing(draft_model, "draft model") if draft_model is not None else None
     return Spec(name, n_draft=n_draft, draft_model=draft, **dict(params))

@@ -3,33 +3,34 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
+import trio
+
+from .._actor import GenerationActor, open_actor
+from .._chat import Message
 from .._errors import ConfigError
-from .._events import Event, Token
+from .._events import TERMINAL, Done, Eog, Error, Token
 from .._model import Model
+from .._request import EMPTY_STATS
 from .._sampling import Sampling
-from .._session import RunResult, Session
-from .._spec import DEFAULT_SPEC, SPEC_TYPES
+from .._spec import DEFAULT_SPEC, SPEC_TYPES, Spec
 from .._stats import StatsSnapshot
-from ._common import (CliError, add_draft_options, add_engine_options, add_model_options, auto_n_ctx,
-                      make_spec, n_draft_arg, one_line, open_model, positive_int)
-from ._runner import Interrupts, run_in_worker
+from ..streams import EventStream
+from ._common import (CliError, Subcommands, add_draft_options, add_engine_options, add_model_options,
+                      auto_n_ctx, make_spec, n_draft_arg, one_line, open_model, positive_int)
+from ._interrupts import Interrupts
 from ._status import NoStatus, make_display
 
-# Chat formats by a marker of the model's template: the prompt as one user turn.
-_CHAT_FORMATS = (
-    ("<start_of_turn>", "<start_of_turn>user\n{prompt}<end_of_turn>\n<start_of_turn>model\n"),
-    ("<|im_start|>", "<|im_start|>user\n{prompt}<|im_end|>\n<|im_start|>assistant\n"),
-    ("<|start_header_id|>", "<|start_header_id|>user<|end_header_id|>\n\n{prompt}<|eot_id|>"
-                            "<|start_header_id|>assistant<|end_header_id|>\n\n"),
-)
-_OUTCOMES = {"done": "done", "eog": "end of generation", "cancelled": "interrupted", "stopped": "stopped"}
+_TICK_S = 0.1  # how often the live status line is refreshed between tokens
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
+def add_parser(sub: Subcommands) -> None:
     p = sub.add_parser(
         "generate", help="stream a generation to stdout",
         description="Generate text with speculative decoding and stream it to stdout. On a terminal "
@@ -55,7 +56,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--repeat-penalty", type=float, metavar="X", help="repetition penalty, 1 off (default: 1)")
     p.add_argument("--grammar", metavar="FILE", help="constrain the output with a GBNF grammar file")
     p.add_argument("--chat", action="store_true",
-                   help="wrap the prompt as a user turn in the model's chat format (Gemma, ChatML, Llama 3)")
+                   help="send the prompt as a user turn, formatted with the model's own chat template; "
+                        "the reply ends at the end of the model's turn")
+    p.add_argument("--system", metavar="TEXT", help="a system message before the prompt (implies --chat)")
+    p.add_argument("--chat-template", metavar="NAME|TEXT",
+                   help="chat template to use instead of the model's own: a llama.cpp built-in name "
+                        "(chatml, llama3, gemma, ...) or a template text (implies --chat)")
     add_engine_options(p)
     p.set_defaults(handler=run)
 
@@ -69,51 +75,102 @@ def run(args: argparse.Namespace) -> int:
         raise CliError(f"argument --spec: {exc.message}", exit_code=2) from None
     sampling = _sampling(args)
     model = open_model(args, mtp=spec.is_mtp)
-    if args.chat:
-        prompt = chat_prompt(model, prompt)
-    tokens = model.tokenizer.encode(prompt, add_special=True, parse_special=args.chat)
-    n_ctx = args.n_ctx or auto_n_ctx(len(tokens), args.max_tokens, model.info.n_ctx_train)
+    messages = _messages(args, prompt)
+    if messages is not None:
+        try:
+            prompt = model.apply_chat_template(messages, template=args.chat_template)
+        except ConfigError as exc:
+            raise CliError(f"--chat: {exc.message}", exit_code=2) from None
+    n_prompt = len(model.tokenizer.encode(prompt, add_special=True, parse_special=messages is not None))
+    n_ctx = args.n_ctx or auto_n_ctx(n_prompt, args.max_tokens, model.info.n_ctx_train)
     display = make_display(sys.stdout, sys.stderr)
-    with Interrupts() as interrupts, Session(model, spec=spec, n_ctx=n_ctx, n_threads=args.threads) as session:
-        interrupts.on_force.append(display.close)
-        result, elapsed, broken_pipe = _stream(session, tokens, args.max_tokens, sampling, display, interrupts)
-    if broken_pipe:
+    interrupts = Interrupts()
+    interrupts.on_force.append(display.close)
+    options = dict(max_tokens=args.max_tokens, sampling=sampling)
+    if messages is not None:
+        def request(actor: GenerationActor) -> EventStream:
+            return actor.chat_events(messages, template=args.chat_template, **options)
+    else:
+        def request(actor: GenerationActor) -> EventStream:
+            return actor.stream_events(prompt, **options)
+    job = _Job(model, spec, n_ctx, args.threads, display, n_prompt)
+    try:
+        trio.run(interrupts.run, functools.partial(job.run, request))
+    finally:
+        display.close()
+    if job.broken_pipe:
         raise BrokenPipeError  # the reader went away: main() exits 141 quietly, as `yes | head` does
-    if result.status == "error" and interrupts.signum is None:
-        reason = result.terminal.reason if result.terminal is not None else "unknown error"
-        raise CliError(f"generation failed: {one_line(reason)}")
-    outcome = "interrupted" if interrupts.signum is not None else _OUTCOMES[result.status]
-    print(f"spec-actor: {outcome} after {elapsed:.1f} s: {result.stats.summary()}", file=sys.stderr, flush=True)
+    if isinstance(job.terminal, Error) and interrupts.signum is None:
+        raise CliError(f"generation failed: {one_line(job.terminal.reason)}")
+    if interrupts.signum is not None:
+        outcome = "interrupted"
+    else:
+        outcome = "end of generation" if isinstance(job.terminal, Eog) else "done"
+    print(f"spec-actor: {outcome} after {job.elapsed:.1f} s: {job.stats.summary()}", file=sys.stderr, flush=True)
     return interrupts.exit_code if interrupts.signum is not None else 0
 
 
-def _stream(session: Session, tokens: list[int], max_tokens: int, sampling: Sampling, display: NoStatus,
-            interrupts: Interrupts) -> tuple[RunResult, float, bool]:
-    """Run the generation, streaming text and status; (result, seconds, stdout closed)."""
-    started = time.monotonic()
-    broken_pipe = False
-    show_accept = session.spec.type != "none"
+@dataclass
+class _Job:
+    """One generation on a fresh actor, streamed to the display; what it produced so far."""
 
-    def on_events(events: list[Event]) -> None:
-        nonlocal broken_pipe
-        if broken_pipe:
-            return
+    model: Model
+    spec: Spec
+    n_ctx: int
+    threads: int | None
+    display: NoStatus
+    n_prompt: int
+    stream: EventStream | None = None
+    terminal: Done | Eog | Error | None = None
+    broken_pipe: bool = False
+    started: float = field(default_factory=time.monotonic)
+    ended: float | None = None
+
+    @property
+    def stats(self) -> StatsSnapshot:
+        """The request's statistics: final once it is over, so far when it was interrupted."""
+        return self.stream.stats() if self.stream is not None else EMPTY_STATS
+
+    @property
+    def elapsed(self) -> float:
+        return (self.ended or time.monotonic()) - self.started
+
+    async def run(self, request: Callable[[GenerationActor], EventStream]) -> None:
+        """Open the actor, make the request on it and stream its events to the display."""
+        async with open_actor(self.model, spec=self.spec, n_ctx=self.n_ctx, n_threads=self.threads) as actor:
+            await self._consume(request(actor))
+
+    async def _consume(self, stream: EventStream) -> None:
+        self.stream = stream
+        self.started = time.monotonic()
+        self.display.status(status_text(None, 0.0, self.n_prompt, self.spec.type != "none"), force=True)
         try:
-            display.write("".join(ev.text for ev in events if isinstance(ev, Token)))
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._tick)
+                async with stream:
+                    async for ev in stream:
+                        if type(ev) is Token:
+                            if not self._write(ev.text):
+                                break
+                        elif isinstance(ev, TERMINAL):
+                            self.terminal = ev
+                nursery.cancel_scope.cancel()
+        finally:
+            self.ended = time.monotonic()
+
+    def _write(self, text: str) -> bool:
+        try:
+            self.display.write(text)
         except BrokenPipeError:
-            broken_pipe = True
-            session.cancel()
+            self.broken_pipe = True
+            return False
+        return True
 
-    def on_tick() -> None:
-        display.status(status_text(session.last_stats(), time.monotonic() - started, len(tokens), show_accept))
-
-    display.status(status_text(None, 0.0, len(tokens), show_accept), force=True)
-    try:
-        result = run_in_worker(session, tokens, interrupts, on_events=on_events, on_tick=on_tick,
-                               max_tokens=max_tokens, sampling=sampling)
-    finally:
-        display.close()
-    return result, time.monotonic() - started, broken_pipe
+    async def _tick(self) -> None:
+        show_accept = self.spec.type != "none"
+        while True:
+            await trio.sleep(_TICK_S)
+            self.display.status(status_text(self.stats, self.elapsed, self.n_prompt, show_accept))
 
 
 def status_text(snap: StatsSnapshot | None, elapsed: float, n_prompt: int, show_accept: bool) -> str:
@@ -130,16 +187,12 @@ def status_text(snap: StatsSnapshot | None, elapsed: float, n_prompt: int, show_
     return " | ".join(parts)
 
 
-def chat_prompt(model: Model, prompt: str) -> str:
-    """The prompt as one user turn in the model's chat format."""
-    template = model.chat_template()
-    if not template and model.info.arch.startswith("gemma"):
-        template = "<start_of_turn>"  # the embedded Gemma ships without its template
-    for marker, fmt in _CHAT_FORMATS:
-        if marker in template:
-            return fmt.replace("{prompt}", prompt)
-    raise CliError("--chat: the model's chat template is not one spec-actor knows (Gemma, ChatML, Llama 3); "
-                   "pass the formatted prompt without --chat")
+def _messages(args: argparse.Namespace, prompt: str) -> list[Message] | None:
+    """The conversation to send with --chat, --system or --chat-template; None for a plain prompt."""
+    if not (args.chat or args.system is not None or args.chat_template is not None):
+        return None
+    system = [{"role": "system", "content": args.system}] if args.system is not None else []
+    return [*system, {"role": "user", "content": prompt}]
 
 
 def _read_prompt(arg: str | None) -> str:

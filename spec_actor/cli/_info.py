@@ -7,11 +7,11 @@ import json
 from typing import Any
 
 from .._model import Model
-from .._spec import _NEEDS_DRAFT_MODEL, SPEC_TYPES
-from ._common import add_model_options, open_model
+from .._spec import DRAFT_MODEL_TYPES, SPEC_TYPES
+from ._common import Subcommands, add_model_options, open_model
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
+def add_parser(sub: Subcommands) -> None:
     p = sub.add_parser("info", help="describe a model and the speculative types it can use",
                        description="Print a GGUF model's architecture, size, vocabulary, context length, "
                                    "NextN/MTP layers and the speculative types it can run.")
@@ -24,7 +24,7 @@ def describe(model: Model) -> dict[str, Any]:
     """The facts `info` prints, as plain data."""
     info = model.info
     own = list(info.speculative_types)
-    needs_draft = [t for t in SPEC_TYPES if t in _NEEDS_DRAFT_MODEL]
+    needs_draft = [t for t in SPEC_TYPES if t in DRAFT_MODEL_TYPES]
     unavailable = [t for t in SPEC_TYPES if t not in own and t not in needs_draft]
     return {
         "path": info.path,

@@ -2,7 +2,7 @@
 
 They live in the package so that the installed command has them. ``copy`` and
 ``story`` are the texts of ``bench/prompts/copy.txt`` and ``story.txt`` (the
-prompts of the reference numbers in DESIGN.md; tests/test_cli.py checks that
+prompts of the benchmark tables in docs/benchmarks.md; tests/test_cli.py checks that
 they stay equal); ``chat`` is a support-chat turn that asks the model to
 repeat facts from earlier in the conversation.
 """

@@ -11,13 +11,13 @@ import sys
 from .._errors import ConfigError
 from .._pool import open_pool
 from .._spec import SPEC_TYPES, Spec
-from ._common import (CliError, add_draft_options, add_model_options, make_spec, n_draft_arg, open_model,
-                      positive_int)
+from ._common import (CliError, Subcommands, add_draft_options, add_model_options, make_spec, n_draft_arg,
+                      open_model, positive_int)
 
 DEFAULT_PORT = 8080
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
+def add_parser(sub: Subcommands) -> None:
     p = sub.add_parser(
         "serve", help="serve the model over HTTP with OpenAI's API",
         description="Serve the model with an OpenAI-compatible HTTP API: POST /v1/completions and "

@@ -8,9 +8,8 @@ generation, prompt prefill included. Needs the ``serve`` extra
 (``pip install 'spec_actor[serve]'``).
 """
 
-from ._app import ServerState
 from ._errors import ApiError
-from ._generation import Cancellation
 from ._server import DEFAULT_MAX_BODY, Server, open_server
+from ._state import Cancellation, ServerState
 
 __all__ = ["DEFAULT_MAX_BODY", "ApiError", "Cancellation", "Server", "ServerState", "open_server"]

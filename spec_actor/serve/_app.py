@@ -3,42 +3,15 @@
 from __future__ import annotations
 
 import secrets
-import time
-from collections import deque
-from dataclasses import dataclass, field
 
-import trio
-
-from .._pool import ActorPool
 from ._errors import ApiError, shutting_down
-from ._generation import Cancellation, answer
+from ._generation import answer
 from ._http import Exchange, HungUp, Receive, Scope, Send
-from ._metrics import CONTENT_TYPE, ServerMetrics
+from ._metrics import CONTENT_TYPE
 from ._params import parse_chat, parse_completion
+from ._state import ServerState
 
 __all__ = ["App", "ServerState"]
-
-
-@dataclass(slots=True)
-class ServerState:
-    """What every request handler of one server shares."""
-
-    pool: ActorPool
-    """The actors that run the generations."""
-    model_name: str
-    """The model's id in responses and in ``/v1/models``."""
-    metrics: ServerMetrics
-    """The Prometheus registry."""
-    api_key: str | None = None
-    """The key clients must send as ``Authorization: Bearer KEY`` to ``/v1/*``; None: no key."""
-    max_body: int = 1 << 20
-    """Largest request body in bytes; a larger one is a 413."""
-    stopping: trio.Event = field(default_factory=trio.Event)
-    """Set when the server starts shutting down: requests end, new ones get a 503."""
-    cancellations: deque[Cancellation] = field(default_factory=lambda: deque(maxlen=256))
-    """The latest requests ended early, newest last (for tests and benchmarks)."""
-    created: int = field(default_factory=lambda: int(time.time()))
-    """When the server started (Unix time), the models' ``created``."""
 
 
 class App:

@@ -9,50 +9,20 @@ into a prompt prefill) and waits until the actor is idle.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import trio
 
 from .._errors import SpecActorError
 from .._events import Done, Eog, Error, Token
-from .._stats import StatsSnapshot
 from ..streams import EventStream
 from ._errors import ApiError, api_error_for, shutting_down
 from ._http import Exchange
 from ._params import Job
 from ._responses import Reply
-
-if TYPE_CHECKING:
-    from ._app import ServerState
-
-__all__ = ["Cancellation", "answer"]
+from ._state import Cancellation, ServerState
 
 
-@dataclass(frozen=True, slots=True)
-class Cancellation:
-    """A request that the server ended early, and how fast its actor became idle."""
-
-    reason: str
-    """``"hangup"`` (the client closed the connection) or ``"shutdown"``."""
-    seen_at: float
-    """`trio.current_time()` when the server saw the reason."""
-    idle_at: float
-    """`trio.current_time()` when the native loop had stopped."""
-    tokens_before: int
-    """Tokens the request had generated just before the native cancel flag was set."""
-    stats: StatsSnapshot
-    """The request's statistics once its loop stopped (no prefill time: the prefill was cut short)."""
-
-    @property
-    def tokens_after(self) -> int:
-        """Tokens the request had generated when its loop stopped."""
-        return self.stats.tokens_emitted
-
-    @property
-    def seconds_to_idle(self) -> float:
-        """From seeing the hang-up (or the shutdown) to the actor being idle."""
-        return self.idle_at - self.seen_at
+__all__ = ["answer"]
 
 
 async def answer(exchange: Exchange, job: Job, state: ServerState) -> None:

@@ -3,22 +3,18 @@
 from __future__ import annotations
 
 import dataclasses
-import threading
 from collections import deque
+from collections.abc import Callable
 from types import TracebackType
-from typing import TYPE_CHECKING, final
+from typing import final
 
 import trio
 
 from .._errors import GenerationTimeout, SpecActorError
 from .._events import TERMINAL, Done, Error, Event, Token
-from .._guards import ensure_trio_caller
 from .._request import STARTED, Request, State
 from .._stats import StatsSnapshot
 from ._stop import StopMatcher
-
-if TYPE_CHECKING:
-    from ._source import StreamSource
 
 __all__ = ["EventStream"]
 
@@ -59,17 +55,15 @@ class EventStream:
     task or thread.
     """
 
-    __slots__ = ("_source", "_req", "_stop", "_ready", "_ended", "_started", "_exception", "_token")
+    __slots__ = ("_submit_to", "_req", "_stop", "_ready", "_ended", "_started")
 
-    def __init__(self, source: StreamSource, request: Request, token: trio.lowlevel.TrioToken) -> None:
-        self._source = source
+    def __init__(self, request: Request, submit: Callable[[Request], None]) -> None:
+        self._submit_to = submit  # queues the request when the stream is entered
         self._req = request
         self._stop = StopMatcher(request.options.stop) if request.options.stop else None
         self._ready: deque[Event] = deque()
         self._ended = False  # no more events will be added to _ready
         self._started = False  # the actor started the request (its first batch arrived)
-        self._exception: SpecActorError | None = None  # behind an Error this stream made
-        self._token = token
 
     # -- iteration ------------------------------------------------------------
 
@@ -120,22 +114,14 @@ class EventStream:
         """
         self._ended = True
         self._ready.clear()
-        _drop(self._req)
+        self._req.cancel()
 
     def __del__(self) -> None:
         # A plain `async for` left by break or an exception drops the stream
         # without closing it: stop the request here.
         req = getattr(self, "_req", None)
-        if req is None or req.state is State.NEW or req.state is State.FINISHED:
-            return
-        if threading.get_ident() == req.actor._trio_thread:
-            req.cancelled = True
-            if req.state is State.RUNNING:
-                req.actor._session.cancel()  # lock-free: the loop stops at its next check
-        try:
-            self._token.run_sync_soon(_drop, req)
-        except trio.RunFinishedError:
-            pass
+        if req is not None:
+            req.cancel_soon()
 
     # -- statistics -------------------------------------------------------------
 
@@ -145,27 +131,18 @@ class EventStream:
         Zero counts while it waits in the queue. A frozen snapshot; lock-free,
         callable from any task or thread.
         """
-        req = self._req
-        if req.state is State.RUNNING:
-            try:
-                snapshot = req.actor._session.last_stats()
-            except Exception:  # noqa: BLE001 - the actor closed meanwhile
-                return req.final_stats
-            if req.state is State.RUNNING:
-                return snapshot
-        return req.final_stats
+        return self._req.stats()
 
     # -- internals ----------------------------------------------------------------
 
     def _submit(self) -> None:
-        ensure_trio_caller(self._token, "iterating a stream")
         if self._req.state is State.NEW and not self._ended:
-            self._source._submit(self._req)
+            self._submit_to(self._req)
 
     async def _leave(self) -> None:
         self._ended = True
         self._ready.clear()
-        _drop(self._req)
+        self._req.cancel()
         if self._req.state is not State.NEW:
             await self._req.finished.wait()
 
@@ -198,7 +175,7 @@ class EventStream:
             error = req.error or SpecActorError(
                 "the generation stopped before its end: its native run was cancelled "
                 "by something other than this stream")
-            self._end(Error(error.message, error.code), error)
+            self._end(Error(error.message, error.code, error))
             return
         if batch is STARTED:
             self._started = True
@@ -224,11 +201,10 @@ class EventStream:
                 self._ready.append(ev)
         return False
 
-    def _end(self, terminal: Event, exception: SpecActorError | None = None) -> None:
+    def _end(self, terminal: Event) -> None:
         if self._stop is not None:
             self._ready.extend(self._stop.flush())
         self._ready.append(terminal)
-        self._exception = exception
         self._ended = True
 
     async def _time_out(self, timeout: float) -> None:
@@ -236,20 +212,9 @@ class EventStream:
         error = GenerationTimeout(
             f"generation timed out: no event for {timeout:g} s (timeout={timeout:g}); "
             "the native run was cancelled. Raise the timeout or check what slows the model")
-        self._end(Error(error.message), error)
+        self._end(Error(error.message, cause=error))
 
     async def _stop_run(self) -> None:
         with trio.CancelScope(shield=True):
-            _drop(self._req)
+            self._req.cancel()
             await self._req.finished.wait()
-
-    def _exception_for(self, terminal: Error) -> SpecActorError:
-        # The exception to raise for an Error terminal of this stream.
-        return self._exception if self._exception is not None else terminal.exception()
-
-
-def _drop(req: Request) -> None:
-    """Stop a request (queued or running) and close its channel; trio thread only."""
-    if req.actor is not None and req.state is not State.FINISHED:
-        req.actor._cancel(req)
-    req.receive.close()

@@ -1,34 +1,53 @@
-"""`StreamSource`: the request API that actors and pools share."""
+"""`StreamSource`: the request API that actors and pools share, over the `RequestQueue` hooks."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
-
-import trio
+from typing import Any, Protocol
 
 from .._chat import Message
 from .._model import Model
 from .._options import RequestOptions
-from .._guards import ensure_trio_caller
 from .._request import Request
 from ._event_stream import EventStream
 from ._text_stream import TextStream
 
-__all__ = ["StreamSource"]
+__all__ = ["RequestQueue", "StreamSource"]
 
 
+class RequestQueue(Protocol):
+    """The hooks a `StreamSource` stands on; package-internal, not for applications.
 
-class StreamSource:
-    """Makes request streams; `GenerationActor` and `ActorPool` are sources.
-
-    Subclasses provide `_check_prompt` (tokenize and check against the
-    context) and `_submit` (queue a request on an actor).
+    `GenerationActor` implements them on its session and mailbox, `ActorPool`
+    by handing each request to one of its actors.
     """
 
     __slots__ = ()
-    _buffer: int
-    _trio_token: trio.lowlevel.TrioToken
+
+    @property
+    def model(self) -> Model:
+        """The model the requests run on (public: actors and pools expose it)."""
+        ...
+
+    def prepare_request(self, prompt: str | Sequence[int], options: RequestOptions) -> Request:
+        """A new request for ``prompt``: tokenized and checked against the context, not queued.
+
+        Raises `PromptError` or `ActorClosedError`.
+        """
+        ...
+
+    def submit_request(self, request: Request) -> None:
+        """Queue ``request`` (when its stream is entered); raises `QueueFullError` or `ActorClosedError`."""
+        ...
+
+
+class StreamSource(RequestQueue):
+    """Makes request streams; `GenerationActor` and `ActorPool` are sources.
+
+    Subclasses implement the `RequestQueue` hooks.
+    """
+
+    __slots__ = ()
 
     def stream_events(self, prompt: str | Sequence[int], **options: Any) -> EventStream:
         """Return the event stream of a new request for ``prompt``.
@@ -58,10 +77,8 @@ class StreamSource:
             PromptError: the prompt is empty or does not fit the context.
             ActorClosedError: the actor (or pool) is closed.
         """
-        ensure_trio_caller(self._trio_token, "stream_events/stream/generate/chat")
-        opts = RequestOptions.from_kwargs(**options)
-        tokens = self._check_prompt(prompt, opts)
-        return EventStream(self, Request(tokens, opts, self._buffer), self._trio_token)
+        request = self.prepare_request(prompt, RequestOptions.from_kwargs(**options))
+        return EventStream(request, self.submit_request)
 
     def stream(self, prompt: str | Sequence[int], **options: Any) -> TextStream:
         """Return the text stream of a new request: the generated text piece by piece.
@@ -123,14 +140,3 @@ class StreamSource:
         """
         async with self.chat_stream(messages, template=template, **options) as text:
             return "".join([piece async for piece in text])
-
-    @property
-    def model(self) -> Model:
-        """The model the requests run on."""
-        raise NotImplementedError
-
-    def _check_prompt(self, prompt: str | Sequence[int], options: RequestOptions) -> list[int]:
-        raise NotImplementedError
-
-    def _submit(self, request: Request) -> None:
-        raise NotImplementedError

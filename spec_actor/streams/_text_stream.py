@@ -61,7 +61,7 @@ class TextStream:
                 if ev.text:
                     return ev.text
             elif type(ev) is Error:
-                self._error = self._events._exception_for(ev)
+                self._error = ev.exception()
 
     async def aclose(self) -> None:
         """End the request if it is still queued or running, and wait until it is over.

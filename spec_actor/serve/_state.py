@@ -1,0 +1,63 @@
+"""What a server's request handlers share: its state, and the record of requests it ended early."""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+import trio
+
+from .._pool import ActorPool
+from .._stats import StatsSnapshot
+from ._metrics import ServerMetrics
+
+__all__ = ["Cancellation", "ServerState"]
+
+
+@dataclass(frozen=True, slots=True)
+class Cancellation:
+    """A request that the server ended early, and how fast its actor became idle."""
+
+    reason: str
+    """``"hangup"`` (the client closed the connection) or ``"shutdown"``."""
+    seen_at: float
+    """`trio.current_time()` when the server saw the reason."""
+    idle_at: float
+    """`trio.current_time()` when the native loop had stopped."""
+    tokens_before: int
+    """Tokens the request had generated just before the native cancel flag was set."""
+    stats: StatsSnapshot
+    """The request's statistics once its loop stopped (no prefill time: the prefill was cut short)."""
+
+    @property
+    def tokens_after(self) -> int:
+        """Tokens the request had generated when its loop stopped."""
+        return self.stats.tokens_emitted
+
+    @property
+    def seconds_to_idle(self) -> float:
+        """From seeing the hang-up (or the shutdown) to the actor being idle."""
+        return self.idle_at - self.seen_at
+
+
+@dataclass(slots=True)
+class ServerState:
+    """What every request handler of one server shares."""
+
+    pool: ActorPool
+    """The actors that run the generations."""
+    model_name: str
+    """The model's id in responses and in ``/v1/models``."""
+    metrics: ServerMetrics
+    """The Prometheus registry."""
+    api_key: str | None = None
+    """The key clients must send as ``Authorization: Bearer KEY`` to ``/v1/*``; None: no key."""
+    max_body: int = 1 << 20
+    """Largest request body in bytes; a larger one is a 413."""
+    stopping: trio.Event = field(default_factory=trio.Event)
+    """Set when the server starts shutting down: requests end, new ones get a 503."""
+    cancellations: deque[Cancellation] = field(default_factory=lambda: deque(maxlen=256))
+    """The latest requests ended early, newest last (for tests and benchmarks)."""
+    created: int = field(default_factory=lambda: int(time.time()))
+    """When the server started (Unix time), the models' ``created``."""
