@@ -39,13 +39,14 @@ from __future__ import annotations
 import argparse
 import math
 import os
-import statistics
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from spec_actor import Model, RunResult, Session, Spec, load_model
+
+from _common import Rates, Target, targets_table
 
 PROMPTS = Path(__file__).resolve().parent / "prompts"
 N_CTX = 2048
@@ -76,16 +77,7 @@ CHAIN_EDITS = ("add a docstring", "add type hints")
 CHAIN = "agentic chain (3rd request)"
 
 
-@dataclass
-class Cell:
-    """The measurements of one mode on one workload."""
-
-    rates: list[float] = field(default_factory=list)
-    last: RunResult | None = None
-
-    @property
-    def median(self) -> float:
-        return statistics.median(self.rates)
+Cell = Rates  # the measurements of one mode on one workload
 
 
 @dataclass
@@ -174,15 +166,10 @@ def targets(works: list[Workload]) -> bool:
     checks.append(("agentic chain, 3rd request: auto / plain", chain["auto"].median / chain["plain"].median, 3.0))
     copy = by_name["copy_long"].cells
     checks.append(("verbatim copy of a long passage: auto / plain", copy["auto"].median / copy["plain"].median, 3.0))
+    targets = [Target(what, value, ">=", needed, "x") for what, value, needed in checks]
     print()
-    print("| target | value | needed | met |")
-    print("|---|---:|---:|:---:|")
-    ok = True
-    for what, value, needed in checks:
-        met = value >= needed
-        ok &= met
-        print(f"| {what} | {value:.2f}× | ≥ {needed}× | {'yes' if met else 'NO'} |")
-    return ok
+    print(targets_table(targets).render(markdown=True))
+    return all(t.met for t in targets)
 
 
 def main() -> int:
