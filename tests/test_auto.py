@@ -222,8 +222,9 @@ def test_memory_usage_is_bounded_by_its_capacity(tiny_target):
         for _ in range(4):
             greedy(session, TINY_PROMPT, N_TINY)
         tokens, nbytes = session.memory_usage()
+        n_prompt = len(session.tokenize(TINY_PROMPT))
     # 200 tokens of earlier requests plus the last request itself
-    assert 200 < tokens <= 200 + len(session.tokenize(TINY_PROMPT)) + N_TINY + 33
+    assert 200 < tokens <= 200 + n_prompt + N_TINY + 33
     assert 0 < nbytes < 64 * 1024
 
 
