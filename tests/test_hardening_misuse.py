@@ -90,7 +90,7 @@ async def test_prompt_token_ids_outside_the_vocabulary_are_a_prompt_error(tiny_t
         with pytest.raises(PromptError, match=r"outside the vocabulary"):
             from spec_actor.nif import session as _ns
             _ns.run(session._live(), [1, n_vocab], max_tokens=1, emit_stats_every=0,
-                    sampling=spec_actor.Sampling(), on_batch=lambda data: True)
+                    sampling=spec_actor.Sampling().native_params(), on_batch=lambda data: True)
         assert len(await actor.generate([1, n_vocab - 1], max_tokens=2)) >= 0
 
 
