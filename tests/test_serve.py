@@ -140,7 +140,10 @@ async def test_metrics_move_while_a_stream_runs(gemma):
                 if line.startswith("data: {"):
                     seen.append(await metrics(client))  # scraped while the stream runs
         copy = await client.post("/v1/completions", json={"prompt": REPEATS, "max_tokens": 32, "temperature": 0})
-        after = await metrics(client)
+        # the server records a request's latency once its response has gone out, which the client can outrun
+        with trio.fail_after(30):
+            while metric(after := await metrics(client), "e2e_request_latency_seconds_count") < 2:
+                await trio.sleep(0.005)
         snap = server.pool.stats()
     running = [m for m in seen if metric(m, "num_requests_running") == 1]
     counts = [metric(m, "generation_tokens_total") for m in running]
