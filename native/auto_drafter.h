@@ -65,6 +65,11 @@ public:
     void observe(const llama_tokens & ids, int32_t n_verified, int64_t t_verify_us, int64_t t_sample_us,
                  bool committed);
 
+    // Tests: fixes the step cost (StepCost::fix) for the rest of the session.
+    void fix_step_cost(double plain_us, double intercept_us, double slope_us) {
+        verify_.fix(plain_us, intercept_us, slope_us);
+    }
+
     // Drafter id (sa_drafter) of the last draft() call.
     int32_t active() const { return chosen_; }
     // Whether the last draft() call drafted with the model drafter.

@@ -37,3 +37,12 @@ def poll_stats(handle: SessionHandle, which: int, *, until_requests: int, max_po
     n, polls = ffi.new("int32_t *"), ffi.new("int64_t *")
     check(lib.sa_testing_poll_stats(handle, which, until_requests, max_polls, out, cap, n, polls), "poll stats")
     return [snapshot_values(out[i]) for i in range(n[0])], polls[0]
+
+
+def fix_step_cost(handle: SessionHandle, plain_us: float, intercept_us: float, per_token_us: float) -> None:
+    """Fix an auto session's step cost (plain; intercept + per_token * n drafted) instead of measuring it.
+
+    The chooser's decisions then depend on what it drafts and what the
+    target accepts, not on the machine's load.
+    """
+    check(lib.sa_testing_fix_step_cost(handle, plain_us, intercept_us, per_token_us), "fix step cost")
