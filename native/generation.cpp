@@ -1,5 +1,6 @@
 #include "generation.h"
 #include "event_batch.h"
+#include "thread_budget.h"
 
 #include "common.h"
 
@@ -35,7 +36,7 @@ public:
           vocab_(llama_model_get_vocab(s.model->model)), batch_(s.ctx_tgt),
           mem_tgt_(llama_get_memory(s.ctx_tgt)), mem_dft_(s.ctx_dft ? llama_get_memory(s.ctx_dft) : nullptr),
           n_ctx_((int32_t) llama_n_ctx(s.ctx_tgt)), adaptive_(s.spec != nullptr && s.sparams.adaptive != 0 && !s.autod),
-          n_cap_(s.spec ? s.sparams.n_draft : 0) {}
+          n_cap_(s.spec ? s.sparams.n_draft : 0), threads_(s.threads, s.ctx_tgt, s.ctx_dft) {}
 
     sa_status execute();
 
@@ -51,6 +52,7 @@ private:
     const int32_t n_ctx_;
     const bool adaptive_;
     const int32_t n_cap_;
+    ThreadShare threads_;  // this run's share of the CPUs (docs/decisions/0027)
 
     llama_tokens prompt_tgt_;  // tokens in the target's memory
     llama_token id_last_ = -1; // the newest token, not yet decoded
@@ -98,6 +100,7 @@ void Run::emit_stats(int kind, llama_token eog_id) {
 }
 
 std::optional<sa_status> Run::decode(const char * what, const char * drafter_what) {
+    threads_.refresh();
     const int32_t ret = llama_process(s_.ctx_tgt, LLAMA_PROCESS_TYPE_DECODE, batch_.get());
     if (ret != 0) {
         if (ret == 2 && cancelled()) return SA_CANCELLED;
@@ -226,6 +229,7 @@ sa_status Run::loop() {
 
     while (true) {
         if (cancelled()) return SA_CANCELLED;
+        threads_.refresh();  // before the drafter decodes too
         const DraftStep d = draft_.empty() ? draft_step() : DraftStep{};
 
         // verify [id_last, draft...] on the target

@@ -6,6 +6,7 @@
 #include "adaptive.h"
 #include "auto_drafter.h"
 #include "stats.h"
+#include "thread_budget.h"
 
 #include "ggml-cpu.h"
 #include "speculative.h"
@@ -24,6 +25,7 @@ struct sa_session {
     // prompt batches when n_threads_batch differs (else null: decode's).
     ggml_threadpool * pool = nullptr;
     ggml_threadpool * pool_batch = nullptr;
+    sa::ThreadLimits threads;  // the pools' sizes; budgeted: share the CPUs per run
     common_speculative * spec = nullptr;
     sa_spec_params sparams{};  // draft_model cleared: see draft_model above
     bool use_ckpt_tgt = false;  // the target rolls back from checkpoints (recurrent/hybrid)

@@ -84,6 +84,7 @@ ggml_threadpool * new_pool(int32_t n_threads) {
 sa_status create_pools(sa_session & s, const sa_context_params & c) {
     const bool own_batch_pool = c.n_threads_batch != c.n_threads;
     s.pool = new_pool(c.n_threads);
+    s.threads = {c.threads_budgeted != 0, c.n_threads, c.n_threads_batch};
     if (own_batch_pool) s.pool_batch = new_pool(c.n_threads_batch);
     if (s.pool == nullptr || (own_batch_pool && s.pool_batch == nullptr)) {
         return fail(SA_ERR_CONTEXT, "could not start " + std::to_string(std::max(c.n_threads, c.n_threads_batch)) +

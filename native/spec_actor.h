@@ -130,6 +130,7 @@ typedef struct {
     int32_t type_k;          /* ggml_type; -1 = default (f16) */
     int32_t type_v;
     int32_t flash_attn;      /* -1 auto, 0 off, 1 on */
+    int32_t threads_budgeted;  /* 1: n_threads were defaults; share the CPUs with other such sessions while generating */
 } sa_context_params;
 
 typedef struct {
@@ -279,6 +280,10 @@ sa_status sa_testing_poll_stats(const sa_session * session, int32_t which, uint6
  * depend on the machine's load. */
 sa_status sa_testing_fix_step_cost(sa_session * session, double plain_us, double intercept_us,
                                    double per_token_us);
+/* The compute threads the session's target context uses now for decode and
+ * for prompt batches (set per run by the thread budget). Call it from the
+ * run's own thread (its event callback) or between runs. */
+sa_status sa_testing_threads_in_use(const sa_session * session, int32_t * n_threads, int32_t * n_threads_batch);
 /* CDEF-END */
 
 #ifdef __cplusplus

@@ -79,3 +79,12 @@ extern "C" sa_status sa_testing_fix_step_cost(sa_session * s, double plain_us, d
     s->autod->fix_step_cost(plain_us, intercept_us, per_token_us);
     return SA_OK;
 }
+
+extern "C" sa_status sa_testing_threads_in_use(const sa_session * s, int32_t * n_threads, int32_t * n_threads_batch) {
+    if (s == nullptr || n_threads == nullptr || n_threads_batch == nullptr) {
+        return fail(SA_ERR_INVALID_ARG, "sa_testing_threads_in_use: null argument");
+    }
+    *n_threads = llama_n_threads(s->ctx_tgt);
+    *n_threads_batch = llama_n_threads_batch(s->ctx_tgt);
+    return SA_OK;
+}

@@ -321,9 +321,11 @@ async def open_actor(model: Model, *, spec: Spec | str = DEFAULT_SPEC, n_ctx: in
             repeats an earlier one runs faster, a timing side channel. With
             mutually untrusted users on one actor pass ``memory=0`` or call
             `GenerationActor.forget` between them. n_threads defaults
-            to every CPU; the session computes on its own pool of that many
-            threads, so CPU that the event loop uses meanwhile slows it down
-            (docs/decisions/0006); pass fewer where the loop is busy.
+            to every CPU the process may use, shared with the other sessions
+            generating at the same time (docs/decisions/0027); the session
+            computes on its own pool of threads, so CPU that the event loop
+            uses meanwhile slows it down (docs/decisions/0006); pass fewer
+            where the loop is busy.
 
     The session is created in a worker thread (it allocates the KV cache).
 

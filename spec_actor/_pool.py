@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import AsyncIterator, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any, final
@@ -123,9 +122,10 @@ async def open_pool(model: Model, *, size: int = 2, spec: Spec | str = DEFAULT_S
     """Open a pool of ``size`` actors, each with its own session on the shared ``model``.
 
     Takes the arguments of `open_actor` (each actor gets them, ``max_queue``
-    included). ``n_threads`` and ``n_threads_batch`` default to the CPU
-    count divided by ``size`` (at least 1), so parallel requests do not
-    oversubscribe the cores.
+    included). ``n_threads`` and ``n_threads_batch`` default to all CPUs;
+    the process-wide thread budget splits them among the actors that
+    generate at the same time (docs/decisions/0027), so parallel requests
+    do not oversubscribe the cores and a lone request uses every core.
 
     Raises what `open_actor` raises. **Cancellation**: leaving the block
     closes every actor at once (each as `open_actor` describes) and waits
@@ -133,10 +133,6 @@ async def open_pool(model: Model, *, size: int = 2, spec: Spec | str = DEFAULT_S
     """
     ensure_trio("open_pool")
     check_int("size", size, 1, hint="a pool needs at least one actor")
-    if n_threads is None:
-        n_threads = max(1, (os.cpu_count() or 1) // size)
-    if n_threads_batch is None:
-        n_threads_batch = n_threads
     async with AsyncExitStack() as stack:
         actors = [
             await stack.enter_async_context(open_actor(

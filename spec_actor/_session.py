@@ -9,6 +9,7 @@ from typing import Any, Callable, Sequence
 from ._errors import ActorClosedError, ConfigError, PromptError
 from ._events import TERMINAL, BatchDecoder, Done, Eog, Error, Event, RawToken, Token
 from ._guards import check_token_ids
+from ._machine import usable_cpus
 from ._model import Model, load_model
 from ._sampling import Sampling
 from ._spec import DEFAULT_SPEC, Spec
@@ -45,7 +46,7 @@ class RunResult:
 
 
 def _threads(n: int | None) -> int:
-    return n if n is not None else max(1, os.cpu_count() or 1)
+    return n if n is not None else usable_cpus()
 
 
 def _kv_type(value: str | int | None, name: str) -> int:
@@ -82,6 +83,11 @@ class Session:
     mutually untrusted users on one actor, pass ``memory=0`` (nothing is
     kept across requests; drafting still looks within the current request)
     or call ``forget()`` between users.
+
+    Threads: with ``n_threads`` and ``n_threads_batch`` left None a run uses
+    the CPUs the process may use, divided among the default-threaded
+    sessions generating at the same time (docs/decisions/0027); explicit
+    counts are used as given.
     """
 
     def __init__(self, model: Model, *, spec: Spec | str = DEFAULT_SPEC, memory: int = DEFAULT_MEMORY,
@@ -116,7 +122,8 @@ class Session:
             n_ctx=n_ctx, n_batch=n_batch, n_ubatch=min(n_ubatch, n_batch),
             n_threads=_threads(n_threads), n_threads_batch=_threads(n_threads_batch or n_threads),
             type_k=_kv_type(type_k, "type_k"), type_v=_kv_type(type_v, "type_v"),
-            flash_attn=-1 if flash_attn is None else int(bool(flash_attn)))
+            flash_attn=-1 if flash_attn is None else int(bool(flash_attn)),
+            threads_budgeted=n_threads is None and n_threads_batch is None)
         _ns.set_memory(self._handle, memory)
         self.memory = memory
         """Tokens of earlier requests the cross-request memory keeps (0: none)."""
@@ -227,6 +234,15 @@ class Session:
         decoding; generation never calls it.
         """
         return _nt.top2(self._live(), list(tokens))
+
+    def threads_in_use(self) -> tuple[int, int]:
+        """Test probe: (decode, prompt-batch) compute threads the session uses now.
+
+        With default thread counts the process-wide budget lowers them while
+        other sessions generate (docs/decisions/0027). Call it from the run's
+        own event sink or between runs.
+        """
+        return _nt.threads_in_use(self._live())
 
     # -- lifetime -------------------------------------------------------------
 

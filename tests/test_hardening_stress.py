@@ -80,14 +80,14 @@ def _resources() -> tuple[int, int, int]:
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 async def test_a_thousand_randomly_cancelled_requests_leak_nothing(tiny_target: spec_actor.Model) -> None:
     prompt, max_tokens = "the quick brown fox", 16
-    with spec_actor.Session(tiny_target, n_ctx=256, n_threads=1) as fresh:
+    with spec_actor.Session(tiny_target, n_ctx=256) as fresh:
         want = fresh.run(prompt, max_tokens=max_tokens).text
-    # One compute thread per session: with a ggml thread pool (n_threads > 1)
-    # randomly cancelled requests hang the native loop within a minute, two
-    # threads waiting at different ggml barriers; scripts/repro_cancel_deadlock.py
-    # reproduces it. Not fixed yet: this test covers everything else.
-    async with spec_actor.open_actor(tiny_target, n_ctx=256, max_queue=64, n_threads=1) as actor, \
-            spec_actor.open_pool(tiny_target, size=2, n_ctx=256, max_queue=64, n_threads=1) as pool:
+    # Default thread counts: three sessions generating at once share the CPUs
+    # through the thread budget (docs/decisions/0027). Before it, each ran
+    # cpu_count spinning ggml threads and requests crawled to a near-hang
+    # (scripts/repro_cancel_deadlock.py).
+    async with spec_actor.open_actor(tiny_target, n_ctx=256, max_queue=64) as actor, \
+            spec_actor.open_pool(tiny_target, size=2, n_ctx=256, max_queue=64) as pool:
         with trio.fail_after(600):
             await _storm(actor, pool, 100, seed=1)  # warm-up: thread caches, allocator arenas
             await trio.sleep(0.5)

@@ -39,17 +39,21 @@ def _sa_on_events(user: Any, data: Any, size: int) -> int:
 
 
 def new(model: Any, *, spec: Mapping[str, Any], draft_model: Any, n_ctx: int, n_batch: int, n_ubatch: int,
-        n_threads: int, n_threads_batch: int, type_k: int, type_v: int, flash_attn: int) -> SessionHandle:
+        n_threads: int, n_threads_batch: int, type_k: int, type_v: int, flash_attn: int,
+        threads_budgeted: bool = False) -> SessionHandle:
     """Create a session (contexts + speculative state) on a loaded model.
 
     ``spec`` holds the ``sa_spec_params`` fields by name, with ``type`` as
     llama.cpp's type name (a key of `schema.SPEC_TYPE_IDS`) and without
     ``draft_model``, which is the loaded draft model's handle or None.
+    ``threads_budgeted``: the thread counts are defaults, which the
+    process-wide thread budget may lower while other sessions generate.
     """
     keepalive: list[Any] = []
     cparams = new_struct("sa_context_params *", {
         "n_ctx": n_ctx, "n_batch": n_batch, "n_ubatch": n_ubatch, "n_threads": n_threads,
         "n_threads_batch": n_threads_batch, "type_k": type_k, "type_v": type_v, "flash_attn": flash_attn,
+        "threads_budgeted": int(threads_budgeted),
     }, keepalive)  # fmt: skip
     sparams = new_struct("sa_spec_params *", {**spec, "type": SPEC_TYPE_IDS[spec["type"]]}, keepalive)
     sparams.draft_model = draft_model if draft_model is not None else ffi.NULL

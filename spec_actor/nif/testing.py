@@ -46,3 +46,14 @@ def fix_step_cost(handle: SessionHandle, plain_us: float, intercept_us: float, p
     target accepts, not on the machine's load.
     """
     check(lib.sa_testing_fix_step_cost(handle, plain_us, intercept_us, per_token_us), "fix step cost")
+
+
+def threads_in_use(handle: SessionHandle) -> tuple[int, int]:
+    """(decode threads, prompt-batch threads) the session's target context uses now.
+
+    The thread budget sets them per run: call from the run's own thread (its
+    event sink) or between runs.
+    """
+    n, n_batch = ffi.new("int32_t *"), ffi.new("int32_t *")
+    check(lib.sa_testing_threads_in_use(handle, n, n_batch), "threads in use")
+    return n[0], n_batch[0]
