@@ -45,20 +45,7 @@ void PositionAcceptance::observe(int32_t n_checked, int32_t n_accepted) {
     }
 }
 
-void StepCost::reset() { plain_w_ = plain_y_ = s_w_ = s_x_ = s_y_ = s_xx_ = s_xy_ = 0; }
-
-double StepCost::line(int32_t n) const {
-    // Line through the decayed means; its slope is the least-squares one,
-    // shrunk towards the prior slope while the draft lengths seen vary little
-    // (a drafter always asked the same length cannot measure a slope).
-    const double mean_x = s_x_ / s_w_, mean_y = s_y_ / s_w_;
-    const double sxx = std::max(s_xx_ - s_x_ * mean_x, 0.0);
-    const double sxy = s_xy_ - s_x_ * mean_y;
-    const double plain = plain_w_ > 0.0 ? plain_y_ / plain_w_ : mean_y / (1.0 + kPriorSlope * mean_x);
-    const double b_prior = kPriorSlope * plain;
-    const double b = std::clamp((sxy + kSlopeWeight * b_prior) / (sxx + kSlopeWeight), 0.0, mean_y / mean_x);
-    return std::max(mean_y + b * (n - mean_x), 1.0);
-}
+void StepCost::reset() { s_w_ = s_x_ = s_y_ = s_xx_ = s_xy_ = 0; }
 
 void StepCost::fix(double plain_us, double intercept_us, double slope_us) {
     fixed_ = true;
@@ -69,37 +56,35 @@ void StepCost::fix(double plain_us, double intercept_us, double slope_us) {
 
 double StepCost::at(int32_t n) const {
     if (fixed_) return n == 0 ? fixed_plain_ : fixed_intercept_ + fixed_slope_ * n;
-    if (plain_w_ <= 0.0 && s_w_ <= 0.0) return 1.0 + kPriorSlope * n;  // nothing measured yet: relative units
-    const double plain = plain_w_ > 0.0 ? plain_y_ / plain_w_ : 0.0;
-    if (n == 0) return plain_w_ > 0.0 ? plain : line(0);
-    if (s_w_ <= 0.0) return plain * (1.0 + kPriorSlope * n);  // no draft measured yet
-    // a draft never costs less than a plain step
-    return std::max(line(n), plain);
+    if (s_w_ <= 0.0) {
+        return 1.0 + kPriorSlope * n;  // nothing measured yet: relative units
+    }
+    // Line through the decayed means; its slope is the least-squares one,
+    // shrunk towards the prior slope while the draft lengths seen vary little
+    // (a drafter always asked the same length cannot measure a slope).
+    const double mean_x = s_x_ / s_w_, mean_y = s_y_ / s_w_;
+    const double sxx = std::max(s_xx_ - s_x_ * mean_x, 0.0);
+    const double sxy = s_xy_ - s_x_ * mean_y;
+    const double b_prior = kPriorSlope * mean_y / (1.0 + kPriorSlope * mean_x);
+    const double b = std::clamp((sxy + kSlopeWeight * b_prior) / (sxx + kSlopeWeight), 0.0,
+                                mean_x > 0 ? mean_y / mean_x : mean_y);
+    return std::max(mean_y + b * (n - mean_x), 1.0);
 }
 
 void StepCost::observe(int32_t n_verified, int64_t us) {
+    if (fixed_) return;
     // Timing noise only ever adds (llama.cpp reserving buffers for a new
     // batch size, the OS taking the core), and one slow step at a length
     // seldom verified would set the slope for long, as the plain steps that
-    // follow never measure it again. So the estimates follow the fast steps:
+    // follow never measure it again. So the line follows the fast steps:
     // a step slower than predicted counts kSlowWeight, at most kOutlier
     // times the prediction.
-    if (fixed_) return;
-    const bool plain = n_verified == 0;
-    // A session's first steps also pay for buffers llama.cpp grows on first
-    // use: a draft is timed only against a known plain step.
-    if (!plain && plain_w_ <= 0.0) return;
+    const double x = n_verified;
     double y = (double) us, w = 1.0;
-    if (measured() && y > at(n_verified)) {
+    if (s_w_ > 0.0 && y > at(n_verified)) {
         y = std::min(y, kOutlier * at(n_verified));
         w = kSlowWeight;
     }
-    if (plain) {
-        plain_w_ = plain_w_ * kDecay + w;
-        plain_y_ = plain_y_ * kDecay + w * y;
-        return;
-    }
-    const double x = n_verified;
     s_w_ = s_w_ * kDecay + w;
     s_x_ = s_x_ * kDecay + w * x;
     s_y_ = s_y_ * kDecay + w * y;

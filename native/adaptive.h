@@ -38,20 +38,16 @@ private:
     double later_floor_ = 0.8;
 };
 
-// Cost of a step (us) by the length of the draft it verifies. A plain step
-// (length 0) has its own decayed mean: on a CPU a batch of two tokens can cost
-// far more than one (matrix-vector kernels give way to matrix-matrix ones),
-// so a line through plain and drafted steps would make short drafts look
-// cheap. Drafted steps get a decayed least-squares line (a fixed per-step
-// draft cost, as with drafters that always draft their full length, lands in
-// its intercept).
+// Decayed least-squares line of a step's cost (us) against the length of the
+// draft verified (plain steps are length 0; a fixed per-step draft cost, as
+// with drafters that always draft their full length, lands in the intercept).
 class StepCost {
 public:
     void reset();
     // Cost of a step verifying n draft tokens; relative units until measured.
     double at(int32_t n) const;
     void observe(int32_t n_verified, int64_t us);
-    bool measured() const { return fixed_ || plain_w_ > 0.0 || s_w_ > 0.0; }
+    bool measured() const { return fixed_ || s_w_ > 0.0; }
     // Tests: a fixed cost (plain steps; drafted steps intercept + slope * n),
     // so that what the chooser does no longer depends on the machine's load.
     void fix(double plain_us, double intercept_us, double slope_us);
@@ -59,9 +55,7 @@ public:
 private:
     bool fixed_ = false;
     double fixed_plain_ = 0, fixed_intercept_ = 0, fixed_slope_ = 0;
-    double plain_w_ = 0, plain_y_ = 0;                    // plain steps: decayed weight and sum
-    double s_w_ = 0, s_x_ = 0, s_y_ = 0, s_xx_ = 0, s_xy_ = 0;  // drafted steps
-    double line(int32_t n) const;
+    double s_w_ = 0, s_x_ = 0, s_y_ = 0, s_xx_ = 0, s_xy_ = 0;
 };
 
 // Picks the draft length n that maximises expected tokens per unit of time:

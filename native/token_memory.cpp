@@ -21,7 +21,6 @@ void TokenMemory::clear() {
     starts_.clear();
     heads_.assign(kMinHeads, -1);
     starts_.push_back(0);
-    cursor_ = -1;
 }
 
 size_t TokenMemory::bytes() const {
@@ -31,7 +30,6 @@ size_t TokenMemory::bytes() const {
 
 void TokenMemory::begin_sequence() {
     if (tokens_.size() != starts_.back()) starts_.push_back(tokens_.size());
-    cursor_ = -1;
     evict();
 }
 
@@ -65,37 +63,7 @@ void TokenMemory::append(const int32_t * tokens, size_t n) {
         } else {
             index(tokens_.size() - 1);
         }
-        follow(tokens[k]);
     }
-}
-
-void TokenMemory::follow(int32_t token) {
-    if (cursor_ < 0) return;
-    const size_t newest = tokens_.size() - 1;
-    const size_t at = (size_t) cursor_;
-    if (at >= newest || at >= sequence_end(at)) {
-        cursor_ = -1;  // copied to the end
-        return;
-    }
-    if (tokens_[at] == token) {
-        ++cursor_;
-        cursor_misses_ = 0;
-        return;
-    }
-    // an insertion (the token comes a place or two early) or a deletion
-    // (it comes a few places late): nearest offsets first
-    const size_t start = *(std::upper_bound(starts_.begin(), starts_.end(), at) - 1);
-    const size_t end = std::min(sequence_end(at), newest);
-    for (const int32_t d : {1, -1, 2, -2, 3, 4}) {
-        const int64_t q = cursor_ + d;
-        if (q >= (int64_t) start && q < (int64_t) end && tokens_[(size_t) q] == token) {
-            cursor_ = q + 1;
-            ++cursor_misses_;
-            return;
-        }
-    }
-    ++cursor_;  // a substitution
-    if (++cursor_misses_ > kCursorMisses) cursor_ = -1;
 }
 
 void TokenMemory::rebuild() {
@@ -116,7 +84,6 @@ void TokenMemory::evict() {
         if (s > drop) kept.push_back(s - drop);
     }
     starts_ = std::move(kept);
-    cursor_ = cursor_ >= (int64_t) drop ? cursor_ - (int64_t) drop : -1;
     rebuild();
     heads_.shrink_to_fit();
 }
@@ -126,7 +93,7 @@ size_t TokenMemory::sequence_end(size_t pos) const {
     return it == starts_.end() ? tokens_.size() : *it;
 }
 
-void TokenMemory::propose(int32_t n_max, std::vector<int32_t> & out, int32_t * match_len) {
+void TokenMemory::propose(int32_t n_max, std::vector<int32_t> & out, int32_t * match_len) const {
     out.clear();
     *match_len = 0;
     const size_t n = tokens_.size();
@@ -153,15 +120,7 @@ void TokenMemory::propose(int32_t n_max, std::vector<int32_t> & out, int32_t * m
             if (len == kMaxMatch) break;
         }
     }
-    if (best_len < kKey) {  // no match (or a hash collision): follow the cursor
-        if (cursor_ < 0) return;
-        const size_t from = (size_t) cursor_;
-        const size_t want = std::min((size_t) n_max, std::min(sequence_end(from), n) - from);
-        out.assign(tokens_.begin() + (std::ptrdiff_t) from, tokens_.begin() + (std::ptrdiff_t) (from + want));
-        return;
-    }
-    cursor_ = (int64_t) best_end + 1;
-    cursor_misses_ = 0;
+    if (best_len < kKey) return;  // a hash collision, not a match
     const size_t avail = sequence_end(best_end) - (best_end + 1);
     const size_t want = std::min({(size_t) n_max, (size_t) best_len * kLengthPerMatch, avail});
     out.assign(tokens_.begin() + (std::ptrdiff_t) (best_end + 1), tokens_.begin() + (std::ptrdiff_t) (best_end + 1 + want));

@@ -29,16 +29,10 @@ public:
 
     // Proposes up to n_max tokens that followed the longest earlier match of
     // the current sequence's tail (the most recent one on ties). *match_len
-    // receives the length of that match (0: no proposal, or one that follows
-    // the cursor). The proposal is cut to kLengthPerMatch tokens per matched
-    // token, so short, chance matches propose little.
-    //
-    // A match sets a cursor on the text being copied, which then follows the
-    // current sequence through small edits: a token that differs from the
-    // cursor's is taken as a substitution, or as an insertion or deletion when
-    // it matches a token a few places away. Right after an edit the tail has
-    // no match yet; the proposal then continues from the cursor (match 0).
-    void propose(int32_t n_max, std::vector<int32_t> & out, int32_t * match_len);
+    // receives the length of that match (0: no proposal). The proposal is cut
+    // to kLengthPerMatch tokens per matched token, so short, chance matches
+    // propose little.
+    void propose(int32_t n_max, std::vector<int32_t> & out, int32_t * match_len) const;
 
     // Forgets every sequence, the current one included.
     void clear();
@@ -51,7 +45,6 @@ public:
     static constexpr int32_t kMaxMatch = 64;       // longest tail compared
     static constexpr int32_t kLengthPerMatch = 2;  // proposal tokens per matched token
     static constexpr int32_t kMaxCandidates = 32;  // chain entries visited per proposal
-    static constexpr int32_t kCursorMisses = 3;    // edits in a row after which the cursor is dropped
 
 private:
     size_t capacity_;
@@ -61,15 +54,12 @@ private:
     std::vector<int32_t> prev_;
     std::vector<int32_t> heads_;
     std::vector<size_t> starts_;  // where each kept sequence starts, ascending
-    int64_t cursor_ = -1;         // the copied text's token expected next (-1: none)
-    int32_t cursor_misses_ = 0;   // edits since the cursor last agreed
 
     size_t head_slot(size_t end) const;
     void index(size_t end);
     void evict();
     void rebuild();
     size_t sequence_end(size_t pos) const;
-    void follow(int32_t token);
 };
 
 }  // namespace sa
