@@ -24,9 +24,13 @@ import shlex
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+import statistics
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from spec_actor import RunResult
 
 import spec_actor
 from spec_actor._machine import machine_info
@@ -137,3 +141,16 @@ def write_json(path: str | Path, data: Any) -> None:
         Path(path).write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
     except OSError as exc:
         raise SystemExit(f"cannot write {path}: {exc.strerror or exc}") from None
+
+
+@dataclass
+class Rates:
+    """The measured rates of one mode on one workload, and its last run."""
+
+    rates: list[float] = field(default_factory=list)
+    last: RunResult | None = None
+
+    @property
+    def median(self) -> float:
+        """The median of `rates`."""
+        return statistics.median(self.rates)

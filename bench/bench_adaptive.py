@@ -46,13 +46,14 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from spec_actor import Model, RunResult, Session, Spec, load_model
+
+from _common import Rates
 
 PROMPTS = Path(__file__).resolve().parent / "prompts"
 N_CTX = 1024
@@ -78,18 +79,12 @@ STRESS_MODES: dict[str, Spec] = {
 
 
 @dataclass
-class Cell:
+class Cell(Rates):
     """The measurements of one mode in one scenario."""
 
-    rates: list[float] = field(default_factory=list)
-    last: RunResult | None = None
     same_as_plain: bool | None = None
     tie_margin: float | None = None
     """Where the last output differs from plain greedy: plain's top-2 logit margin there."""
-
-    @property
-    def median(self) -> float:
-        return statistics.median(self.rates)
 
 
 @dataclass

@@ -7,23 +7,55 @@ namespace sa {
 namespace {
 constexpr double kDecay = 0.97;             // memory of about 30 observations
 constexpr double kPriorAccept = 0.6;        // acceptance at position 1 before any draft was seen
-constexpr double kPriorAcceptLater = 0.8;   // at later positions, given the previous one was accepted
 constexpr double kPriorWeight = 1.5;        // pseudo-observations behind each position's prior
 constexpr double kPriorSlope = 0.2;         // cost per drafted token, relative to a plain step
 constexpr double kSlopeWeight = 4.0;        // pseudo-observations (at unit spread) behind that slope
-constexpr int kExploreEvery = 16;           // ask one token beyond the best now and then
+constexpr double kOutlier = 3.0;            // one step's cost counts at most this many times the prediction
+constexpr double kSlowWeight = 0.25;        // weight of a step slower than predicted
 }
 
-void AdaptiveDraft::reset(int32_t n_cap, int32_t n_floor) {
-    n_cap_ = n_cap;
-    n_floor_ = std::min(n_floor, n_cap);
-    steps_ = 0;
-    reached_.assign((size_t) n_cap, 0.0);
-    hit_.assign((size_t) n_cap, 0.0);
-    s_w_ = s_x_ = s_y_ = s_xx_ = s_xy_ = 0;
+void PositionAcceptance::reset(int32_t n_cap, double later_floor) {
+    later_floor_ = later_floor;
+    reached_.assign((size_t) std::max(n_cap, 0), 0.0);
+    hit_.assign((size_t) std::max(n_cap, 0), 0.0);
 }
 
-double AdaptiveDraft::step_cost(int32_t n) const {
+void PositionAcceptance::expected(std::vector<double> & out) const {
+    out.assign(reached_.size() + 1, 1.0);
+    double p_chain = 1.0, p_prev = 0.0;
+    for (size_t i = 0; i < reached_.size(); ++i) {
+        const double prior = i == 0 ? kPriorAccept : std::max(p_prev, later_floor_);
+        const double p = (hit_[i] + kPriorWeight * prior) / (reached_[i] + kPriorWeight);
+        p_prev = p;
+        p_chain *= p;
+        out[i + 1] = out[i] + p_chain;
+    }
+}
+
+void PositionAcceptance::observe(int32_t n_checked, int32_t n_accepted) {
+    for (size_t i = 0; i < reached_.size(); ++i) {
+        reached_[i] *= kDecay;
+        hit_[i] *= kDecay;
+    }
+    const int32_t n_cap = (int32_t) reached_.size();
+    for (int32_t i = 0; i < n_checked && i < n_cap; ++i) {
+        reached_[(size_t) i] += 1.0;
+        hit_[(size_t) i] += i < n_accepted ? 1.0 : 0.0;
+        if (i >= n_accepted) break;   // later positions were not reached
+    }
+}
+
+void StepCost::reset() { s_w_ = s_x_ = s_y_ = s_xx_ = s_xy_ = 0; }
+
+void StepCost::fix(double plain_us, double intercept_us, double slope_us) {
+    fixed_ = true;
+    fixed_plain_ = plain_us;
+    fixed_intercept_ = intercept_us;
+    fixed_slope_ = slope_us;
+}
+
+double StepCost::at(int32_t n) const {
+    if (fixed_) return n == 0 ? fixed_plain_ : fixed_intercept_ + fixed_slope_ * n;
     if (s_w_ <= 0.0) {
         return 1.0 + kPriorSlope * n;  // nothing measured yet: relative units
     }
@@ -39,24 +71,42 @@ double AdaptiveDraft::step_cost(int32_t n) const {
     return std::max(mean_y + b * (n - mean_x), 1.0);
 }
 
+void StepCost::observe(int32_t n_verified, int64_t us) {
+    if (fixed_) return;
+    // Timing noise only ever adds (llama.cpp reserving buffers for a new
+    // batch size, the OS taking the core), and one slow step at a length
+    // seldom verified would set the slope for long, as the plain steps that
+    // follow never measure it again. So the line follows the fast steps:
+    // a step slower than predicted counts kSlowWeight, at most kOutlier
+    // times the prediction.
+    const double x = n_verified;
+    double y = (double) us, w = 1.0;
+    if (s_w_ > 0.0 && y > at(n_verified)) {
+        y = std::min(y, kOutlier * at(n_verified));
+        w = kSlowWeight;
+    }
+    s_w_ = s_w_ * kDecay + w;
+    s_x_ = s_x_ * kDecay + w * x;
+    s_y_ = s_y_ * kDecay + w * y;
+    s_xx_ = s_xx_ * kDecay + w * x * x;
+    s_xy_ = s_xy_ * kDecay + w * x * y;
+}
+
+void AdaptiveDraft::reset(int32_t n_cap, int32_t n_floor) {
+    n_cap_ = n_cap;
+    n_floor_ = std::min(n_floor, n_cap);
+    steps_ = 0;
+    accept_.reset(n_cap);
+    cost_.reset();
+}
+
 int32_t AdaptiveDraft::choose() {
     ++steps_;
+    accept_.expected(expected_);
     double best_rate = 0;
     int32_t best_n = n_floor_;
-    double expected = 1.0;   // tokens gained per step: the sampled one plus accepted drafts
-    double p_chain = 1.0;
-    double p_prev = 0.0;
-    for (int32_t n = 0; n <= n_cap_; ++n) {
-        if (n > 0) {
-            const size_t i = (size_t) n - 1;
-            const double prior = n == 1 ? kPriorAccept : std::max(p_prev, kPriorAcceptLater);
-            const double p = (hit_[i] + kPriorWeight * prior) / (reached_[i] + kPriorWeight);
-            p_prev = p;
-            p_chain *= p;
-            expected += p_chain;
-        }
-        if (n < n_floor_) continue;
-        const double rate = expected / step_cost(n);
+    for (int32_t n = n_floor_; n <= n_cap_; ++n) {
+        const double rate = expected_[(size_t) n] / cost_.at(n);
         if (rate > best_rate * 1.0001) {
             best_rate = rate;
             best_n = n;
@@ -71,24 +121,8 @@ int32_t AdaptiveDraft::choose() {
 void AdaptiveDraft::observe(int32_t n_asked, int32_t n_drafted, int32_t n_accepted,
                             int64_t t_draft_us, int64_t t_verify_us) {
     (void) n_asked;
-    // Every position forgets at the same pace, reached or not, so a miss at a
-    // position seldom drafted since fades back to the prior instead of
-    // holding the draft length below it for good.
-    for (size_t i = 0; i < reached_.size(); ++i) {
-        reached_[i] *= kDecay;
-        hit_[i] *= kDecay;
-    }
-    for (int32_t i = 0; i < n_drafted && i < n_cap_; ++i) {
-        reached_[(size_t) i] += 1.0;
-        hit_[(size_t) i] += i < n_accepted ? 1.0 : 0.0;
-        if (i >= n_accepted) break;   // later positions were not reached
-    }
-    const double x = n_drafted, y = (double) (t_draft_us + t_verify_us);
-    s_w_ = s_w_ * kDecay + 1.0;
-    s_x_ = s_x_ * kDecay + x;
-    s_y_ = s_y_ * kDecay + y;
-    s_xx_ = s_xx_ * kDecay + x * x;
-    s_xy_ = s_xy_ * kDecay + x * y;
+    accept_.observe(n_drafted, n_accepted);
+    cost_.observe(n_drafted, t_draft_us + t_verify_us);
 }
 
 }  // namespace sa

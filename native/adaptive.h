@@ -1,5 +1,7 @@
 // Online choice of the draft length from acceptance per draft position and
-// the measured cost of drafting and verifying longer drafts.
+// the measured cost of drafting and verifying longer drafts. The two models
+// (PositionAcceptance, StepCost) also serve the drafter choice of "auto"
+// (auto_drafter.h), which keeps one acceptance model per drafter.
 #pragma once
 
 #include <cstdint>
@@ -7,15 +9,57 @@
 
 namespace sa {
 
+// Decayed acceptance per draft position: p_i, the rate at which a draft that
+// reached position i was accepted there. Positions seldom reached lean on a
+// prior (optimistic past the first position: once a draft is right it tends
+// to stay right).
+class PositionAcceptance {
+public:
+    // later_floor: the least prior at positions past the first (the prior
+    // there is max(p of the previous position, later_floor)).
+    void reset(int32_t n_cap, double later_floor = 0.8);
+
+    // Expected tokens gained by a step that drafts n tokens, for n = 0..n_cap:
+    //   out[n] = 1 + sum_{i=1..n} p_1 * ... * p_i   (the sampled token plus accepted drafts)
+    void expected(std::vector<double> & out) const;
+
+    // One checked draft: positions 1..n_checked were compared with what the
+    // target produced and the first n_accepted of them matched (a miss at
+    // n_accepted + 1 when n_accepted < n_checked). Every position forgets at
+    // the same pace, reached or not, so a miss at a position seldom drafted
+    // since fades back to the prior instead of holding lengths below it for good.
+    void observe(int32_t n_checked, int32_t n_accepted);
+
+    // Weight of the observations seen (decayed), a measure of how much is known.
+    double seen() const { return reached_.empty() ? 0.0 : reached_[0]; }
+
+private:
+    std::vector<double> reached_, hit_;  // decayed counts per position
+    double later_floor_ = 0.8;
+};
+
+// Decayed least-squares line of a step's cost (us) against the length of the
+// draft verified (plain steps are length 0; a fixed per-step draft cost, as
+// with drafters that always draft their full length, lands in the intercept).
+class StepCost {
+public:
+    void reset();
+    // Cost of a step verifying n draft tokens; relative units until measured.
+    double at(int32_t n) const;
+    void observe(int32_t n_verified, int64_t us);
+    bool measured() const { return fixed_ || s_w_ > 0.0; }
+    // Tests: a fixed cost (plain steps; drafted steps intercept + slope * n),
+    // so that what the chooser does no longer depends on the machine's load.
+    void fix(double plain_us, double intercept_us, double slope_us);
+
+private:
+    bool fixed_ = false;
+    double fixed_plain_ = 0, fixed_intercept_ = 0, fixed_slope_ = 0;
+    double s_w_ = 0, s_x_ = 0, s_y_ = 0, s_xx_ = 0, s_xy_ = 0;
+};
+
 // Picks the draft length n that maximises expected tokens per unit of time:
-//   (1 + sum_{i=1..n} p_1 * ... * p_i) / step_cost(n)
-// p_i: the decayed rate at which a draft that reached position i was accepted
-// there; positions seldom reached lean on a prior (optimistic past the first
-// position: once a draft is right it tends to stay right).
-// step_cost(n): draft + verify time of a step, a decayed least-squares line
-// against the length of the draft verified (plain steps are length 0; a fixed
-// per-step draft cost, as with drafters that always draft their full length,
-// lands in the intercept).
+//   expected(n) / step_cost(n)
 // Every kExploreEvery-th step asks one token more than the best, so positions
 // past the current choice keep being measured.
 class AdaptiveDraft {
@@ -35,12 +79,12 @@ private:
     int32_t n_cap_ = 0;
     int32_t n_floor_ = 0;
     uint64_t steps_ = 0;
-    // Decayed counts: reached[i] drafts that got to position i, hit[i] accepted there.
-    std::vector<double> reached_, hit_;
-    // Decayed least-squares sums of step time (y, us) against draft length (x).
-    double s_w_ = 0, s_x_ = 0, s_y_ = 0, s_xx_ = 0, s_xy_ = 0;
-
-    double step_cost(int32_t n) const;
+    PositionAcceptance accept_;
+    StepCost cost_;
+    std::vector<double> expected_;
 };
+
+// Ask one token beyond the best every this many steps.
+constexpr int kExploreEvery = 16;
 
 }  // namespace sa

@@ -141,8 +141,8 @@ sa_status validate_context_params(const sa_context_params & c) {
 }
 
 sa_status validate_spec_params(const sa_spec_params & s, const sa_context_params & c) {
-    if (s.type < SA_SPEC_NONE || s.type > SA_SPEC_NGRAM_CACHE) {
-        return fail(SA_ERR_INVALID_ARG, range_msg("spec type", s.type, "0..9"));
+    if (s.type < SA_SPEC_NONE || s.type > SA_SPEC_AUTO) {
+        return fail(SA_ERR_INVALID_ARG, range_msg("spec type", s.type, "0..10"));
     }
     if (s.type == SA_SPEC_NONE) return SA_OK;
     if (s.n_draft < 1 || s.n_draft > SA_MAX_DRAFT_POS) {

@@ -17,6 +17,7 @@ namespace {
 // as the next "draft". Its counts are recorded once, when its tokens commit.
 struct RolledBack {
     bool active = false;
+    int32_t drafter = 0;     // sa_drafter id of the original draft
     int32_t n_drafted = 0;   // the original draft's length
     int32_t n_accepted = 0;  // its tokens accepted so far (re-verification may accept fewer)
 };
@@ -34,7 +35,7 @@ public:
         : s_(s), p_(p), smpl_(smpl), events_(llama_model_get_vocab(s.model->model), cb, user),
           vocab_(llama_model_get_vocab(s.model->model)), batch_(s.ctx_tgt),
           mem_tgt_(llama_get_memory(s.ctx_tgt)), mem_dft_(s.ctx_dft ? llama_get_memory(s.ctx_dft) : nullptr),
-          n_ctx_((int32_t) llama_n_ctx(s.ctx_tgt)), adaptive_(s.spec != nullptr && s.sparams.adaptive != 0),
+          n_ctx_((int32_t) llama_n_ctx(s.ctx_tgt)), adaptive_(s.spec != nullptr && s.sparams.adaptive != 0 && !s.autod),
           n_cap_(s.spec ? s.sparams.n_draft : 0), threads_(s.threads, s.ctx_tgt, s.ctx_dft) {}
 
     sa_status execute();
@@ -63,6 +64,7 @@ private:
     int64_t t_decode_start_ = 0;
     int32_t n_emitted_ = 0;
     int32_t next_stats_at_ = 0;
+    bool fresh_ = false;  // keep nothing from earlier runs (forget() or memory 0)
 
     bool cancelled() const { return s_.cancelled(); }
 
@@ -136,24 +138,36 @@ sa_status Run::execute() {
     next_stats_at_ = p_.emit_stats_every;
     clear_memory(s_.ctx_tgt);
     clear_memory(s_.ctx_dft);
+    const bool forget = s_.forget.exchange(false);
+    if (forget) s_.memory.clear();
+    s_.memory.set_capacity((size_t) s_.memory_capacity.load());
+    fresh_ = forget || s_.memory.capacity() == 0;
     prompt_tgt_.reserve(n_ctx_);
     const std::optional<sa_status> ended = prefill();
     const sa_status st = ended ? *ended : loop();
     s_.stats.set_elapsed(ggml_time_us(), t_decode_start_);
     s_.stats.end_run();
+    s_.memory_tokens.store((int64_t) s_.memory.size_tokens());
+    s_.memory_bytes.store((int64_t) s_.memory.bytes());
     return st;
 }
 
 DraftStep Run::draft_step() {
     DraftStep d;
-    if (!s_.spec) return d;
+    if (!s_.spec && !s_.autod) return d;
     ckpt_.update_pos((int64_t) prompt_tgt_.size(), llama_memory_seq_pos_min(mem_tgt_, 0), llama_memory_seq_pos_max(mem_tgt_, 0));
     if (s_.use_ckpt_dft) ckpt_.update_dft(s_.ctx_dft, 0, LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY);
-    int32_t n_max = std::min(n_ctx_ - n_past_ - 2, p_.max_tokens - n_emitted_ - 1);
-    n_max = std::min(n_max, adaptive_ ? s_.adaptive.choose() : n_cap_);
-    d.n_asked = std::max(n_max, 0);
+    const int32_t n_budget = std::max(std::min(n_ctx_ - n_past_ - 2, p_.max_tokens - n_emitted_ - 1), 0);
+    d.n_asked = s_.autod ? n_budget : std::min(n_budget, adaptive_ ? s_.adaptive.choose() : n_cap_);
     if (adaptive_) s_.stats.set_n_draft(d.n_asked);
-    if (d.n_asked > 0) {
+    if (s_.autod) {
+        const int64_t t0 = ggml_time_us();
+        s_.autod->draft(d.n_asked, n_past_, id_last_, prompt_tgt_, draft_);
+        d.drafted = true;
+        d.t_draft_us = ggml_time_us() - t0;
+        s_.stats.add(&Counters::t_draft_us, d.t_draft_us);
+        s_.stats.set_n_draft((int32_t) draft_.size());
+    } else if (d.n_asked > 0) {
         const int64_t t0 = ggml_time_us();
         common_speculative_get_draft_params(s_.spec, 0) = {
             /* .drafting = */ true,
@@ -210,6 +224,7 @@ sa_status Run::loop() {
     if (adaptive_) s_.adaptive.reset(n_cap_, uses_draft_context(s_.sparams.type) ? 1 : 0);
     n_past_ = (int32_t) prompt_tgt_.size();
     common_speculative_begin(s_.spec, 0, prompt_tgt_);
+    if (s_.autod) s_.autod->begin(prompt_tgt_, p_.prompt, p_.n_prompt, fresh_);
     t_decode_start_ = ggml_time_us();
 
     while (true) {
@@ -231,13 +246,17 @@ sa_status Run::loop() {
         const int32_t n_draft = (int32_t) draft_.size();
         const int64_t t_s0 = ggml_time_us();
         llama_tokens ids = common_sampler_sample_and_accept_n(smpl_.get(), s_.ctx_tgt, draft_);
-        s_.stats.add(&Counters::t_sample_us, ggml_time_us() - t_s0);
+        const int64_t t_sample = ggml_time_us() - t_s0;
+        s_.stats.add(&Counters::t_sample_us, t_sample);
         if (ids.empty()) return end_with_error(SA_ERR_INTERNAL, "the sampler returned no token");
         const int32_t n_accepted = (int32_t) ids.size() - 1;
+        const bool rolls_back = s_.use_ckpt_tgt && n_accepted < n_draft;
+        if (s_.autod) s_.autod->observe(ids, n_draft, t_verify, t_sample, !rolls_back);
+        const int32_t drafter = n_draft == 0 ? SA_SPEC_NONE : s_.autod ? s_.autod->active() : s_.sparams.type;
 
-        if (s_.use_ckpt_tgt && n_accepted < n_draft) {
+        if (rolls_back) {
             if (!rolled_back_.active) {
-                rolled_back_ = {true, n_draft, n_accepted};
+                rolled_back_ = {true, drafter, n_draft, n_accepted};
                 if (adaptive_ && d.drafted) s_.adaptive.observe(d.n_asked, n_draft, n_accepted, d.t_draft_us, t_verify);
             } else {
                 rolled_back_.n_accepted = std::min(rolled_back_.n_accepted, n_accepted);
@@ -246,7 +265,7 @@ sa_status Run::loop() {
             continue;
         }
 
-        if (s_.spec && (d.drafted || n_accepted > 0)) common_speculative_accept(s_.spec, 0, (uint16_t) n_accepted);
+        if (s_.spec && !s_.autod && (d.drafted || n_accepted > 0)) common_speculative_accept(s_.spec, 0, (uint16_t) n_accepted);
         // plain steps (nothing drafted) feed the step-cost line too
         if (adaptive_ && (d.drafted || n_draft == 0)) {
             s_.adaptive.observe(d.n_asked, n_draft, n_accepted, d.t_draft_us, t_verify);
@@ -254,10 +273,10 @@ sa_status Run::loop() {
         if (rolled_back_.active) {
             // re-verified: count the original draft once, and of its tokens
             // those the re-verification kept (not the re-fed sampled token)
-            s_.stats.add_step(rolled_back_.n_drafted, std::min(rolled_back_.n_accepted, n_accepted));
+            s_.stats.add_step(rolled_back_.drafter, rolled_back_.n_drafted, std::min(rolled_back_.n_accepted, n_accepted));
             rolled_back_ = {};
         } else {
-            s_.stats.add_step(n_draft, n_accepted);
+            s_.stats.add_step(drafter, n_draft, n_accepted);
         }
         n_past_ += n_accepted;
 

@@ -4,6 +4,7 @@
 
 #include "shim_internal.h"
 #include "adaptive.h"
+#include "auto_drafter.h"
 #include "stats.h"
 #include "thread_budget.h"
 
@@ -11,6 +12,7 @@
 #include "speculative.h"
 
 #include <atomic>
+#include <memory>
 
 struct sa_session {
     sa_model * model = nullptr;
@@ -31,12 +33,20 @@ struct sa_session {
     std::atomic<bool> cancel{false};
     sa::Stats stats;
     sa::AdaptiveDraft adaptive;
+    // Spec("auto") (auto_session.cpp); sparams.type then names its model drafter, if any.
+    std::unique_ptr<sa::AutoDrafter> autod;
+    int32_t auto_n_cap = 0;
+    sa::TokenMemory memory;
+    std::atomic<int64_t> memory_capacity{0};
+    std::atomic<bool> forget{false};
+    std::atomic<int64_t> memory_tokens{0}, memory_bytes{0};
 
     sa_session() = default;
     sa_session(const sa_session &) = delete;
     sa_session & operator=(const sa_session &) = delete;
 
     ~sa_session() {
+        autod.reset();
         common_speculative_free(spec);  // refers to both contexts: free it first
         if (ctx_dft) llama_free(ctx_dft);
         if (ctx_tgt) llama_free(ctx_tgt);
@@ -61,6 +71,19 @@ bool uses_draft_context(int32_t type);
 // Creates the session's thread pools, contexts and common_speculative state
 // from already validated parameters (session_setup.cpp).
 sa_status create_session(sa_session & s, const sa_context_params & c);
+
+// llama.cpp's speculative parameters of the session's common_speculative.
+common_params_speculative make_spec_params(const sa_session & s);
+
+// Spec("auto"), before the contexts exist: the ceiling goes to auto_n_cap and
+// sparams becomes the model drafter's (MTP, draft model, EAGLE-3) or none.
+void resolve_auto(sa_session & s);
+
+// Spec("auto"), after create_session made the contexts: the chooser.
+sa_status create_auto_drafter(sa_session & s);
+
+// Spec("auto")'s summary for print_stats: per drafter, steps, drafted, accepted.
+void print_auto_stats(const sa_session & s);
 
 // Empties a context's memory (KV cache / recurrent state); null is a no-op.
 void clear_memory(llama_context * ctx);

@@ -21,7 +21,9 @@ bool needs_rollback_snapshots(int32_t type) {
     return type == SA_SPEC_DRAFT_EAGLE3 || type == SA_SPEC_DRAFT_MTP || type == SA_SPEC_DRAFT_DFLASH;
 }
 
-llama_context_params make_context_params(const sa_context_params & c, const sa_spec_params & s, std::atomic<bool> * cancel) {
+// n_verify: the longest draft a step verifies (auto's ceiling may exceed its model drafter's n_draft).
+llama_context_params make_context_params(const sa_context_params & c, const sa_spec_params & s, int32_t n_verify,
+                                         std::atomic<bool> * cancel) {
     llama_context_params cp = llama_context_default_params();
     cp.n_ctx = c.n_ctx;
     cp.n_batch = c.n_batch;
@@ -34,7 +36,7 @@ llama_context_params make_context_params(const sa_context_params & c, const sa_s
     cp.flash_attn_type = c.flash_attn < 0 ? LLAMA_FLASH_ATTN_TYPE_AUTO
                        : c.flash_attn == 0 ? LLAMA_FLASH_ATTN_TYPE_DISABLED : LLAMA_FLASH_ATTN_TYPE_ENABLED;
     const int32_t n_draft = s.type == SA_SPEC_NONE ? 0 : s.n_draft;
-    const auto limits = common_speculative_get_output_limits((int32_t) c.n_batch, 1, n_draft);
+    const auto limits = common_speculative_get_output_limits((int32_t) c.n_batch, 1, std::max(n_draft, n_verify));
     cp.n_outputs_max = (uint32_t) limits.total;
     cp.n_outputs_max_per_seq = (uint32_t) limits.per_seq;
     cp.n_rs_seq = needs_rollback_snapshots(s.type) ? (uint32_t) n_draft : 0;
@@ -43,6 +45,8 @@ llama_context_params make_context_params(const sa_context_params & c, const sa_s
     cp.no_perf = false;
     return cp;
 }
+
+}  // namespace
 
 common_params_speculative make_spec_params(const sa_session & s) {
     const sa_spec_params & p = s.sparams;
@@ -63,6 +67,8 @@ common_params_speculative make_spec_params(const sa_session & s) {
     ps.ngram_mod.n_min = std::min(p.ngram_mod_n_min, ps.ngram_mod.n_max);
     return ps;
 }
+
+namespace {
 
 ggml_threadpool * new_pool(int32_t n_threads) {
     ggml_threadpool_params tp = ggml_threadpool_params_default(n_threads);
@@ -149,7 +155,7 @@ bool uses_draft_context(int32_t type) {
 
 sa_status create_session(sa_session & s, const sa_context_params & c) {
     if (sa_status st = create_pools(s, c); st != SA_OK) return st;
-    const llama_context_params cp = make_context_params(c, s.sparams, &s.cancel);
+    const llama_context_params cp = make_context_params(c, s.sparams, s.auto_n_cap, &s.cancel);
     s.ctx_tgt = llama_init_from_model(s.model->model, cp);
     if (s.ctx_tgt == nullptr) {
         const std::string detail = last_native_log_error();
@@ -168,7 +174,10 @@ sa_status create_session(sa_session & s, const sa_context_params & c) {
     if (type != SA_SPEC_NONE) {
         if (sa_status st = create_speculative(s); st != SA_OK) return st;
     }
-    s.stats.set_n_draft(type == SA_SPEC_NONE ? 0 : s.sparams.n_draft);
+    if (s.auto_n_cap > 0) {
+        if (sa_status st = create_auto_drafter(s); st != SA_OK) return st;
+    }
+    s.stats.set_n_draft(s.auto_n_cap > 0 ? s.auto_n_cap : type == SA_SPEC_NONE ? 0 : s.sparams.n_draft);
     return SA_OK;
 }
 
@@ -185,7 +194,8 @@ extern "C" const char * sa_spec_type_name(int32_t type) {
     static const std::vector<std::string> names = [] {
         std::vector<std::string> v;
         for (int32_t t = SA_SPEC_NONE; t <= SA_SPEC_NGRAM_CACHE; ++t) v.push_back(sa::spec_type_name(t));
+        v.emplace_back("auto");  // SA_SPEC_AUTO: ours, not llama.cpp's
         return v;
     }();
-    return type >= SA_SPEC_NONE && type <= SA_SPEC_NGRAM_CACHE ? names[(size_t) type].c_str() : nullptr;
+    return type >= SA_SPEC_NONE && type <= SA_SPEC_AUTO ? names[(size_t) type].c_str() : nullptr;
 }

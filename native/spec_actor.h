@@ -82,8 +82,16 @@ typedef enum {
     SA_SPEC_NGRAM_MAP_K = 6,
     SA_SPEC_NGRAM_MAP_K4V = 7,
     SA_SPEC_NGRAM_MOD = 8,
-    SA_SPEC_NGRAM_CACHE = 9
+    SA_SPEC_NGRAM_CACHE = 9,
+    SA_SPEC_AUTO = 10          /* choose the drafter and length online (auto_drafter.h) */
 } sa_spec_type;
+
+/* Drafter ids of the per-drafter statistics: the sa_spec_type that drafted a
+ * step (SA_SPEC_NONE: a plain step), or the cross-request memory. */
+typedef enum {
+    SA_DRAFTER_MEMORY = 11,
+    SA_N_DRAFTERS = 12
+} sa_drafter;
 
 typedef struct sa_model sa_model;
 typedef struct sa_session sa_session;
@@ -182,8 +190,12 @@ typedef struct {
     int32_t running;
     double tokens_per_sec;   /* tokens_emitted / decode wall time, live */
     double acceptance_rate;
+    int32_t drafter;         /* sa_drafter id of the latest step */
     uint64_t accepted_per_pos[SA_MAX_DRAFT_POS];
     uint64_t drafted_per_pos[SA_MAX_DRAFT_POS];
+    uint64_t drafter_steps[SA_N_DRAFTERS];     /* per drafter id: steps it drafted (id 0: plain steps) */
+    uint64_t drafter_drafted[SA_N_DRAFTERS];   /* draft tokens it proposed and were verified */
+    uint64_t drafter_accepted[SA_N_DRAFTERS];  /* of those, accepted */
 } sa_stats;
 
 /* Return 0 to continue, non-zero to stop the run (status SA_STOPPED). */
@@ -193,7 +205,7 @@ const char * sa_last_error(void);
 int32_t sa_event_schema_version(void);
 /* The i-th key of the stats map of the event schema; NULL past the last. */
 const char * sa_stats_map_key(int32_t i);
-/* llama.cpp's name of a speculative type ("ngram-mod", ...); NULL if type is not an sa_spec_type. */
+/* The name of a speculative type (llama.cpp's, or "auto"); NULL if type is not an sa_spec_type. */
 const char * sa_spec_type_name(int32_t type);
 void sa_backend_init(void);
 void sa_set_log_level(int32_t level);  /* 0 silent, 1 errors, 2 warnings, 3 info, 4 debug */
@@ -237,6 +249,15 @@ void sa_session_stats(const sa_session * session, int32_t which, sa_stats * out)
 uint64_t sa_session_stats_version(const sa_session * session);
 uint32_t sa_session_n_ctx(const sa_session * session);
 uint32_t sa_session_n_batch(const sa_session * session);
+/* Cross-request memory of the session (Spec "auto"): capacity in tokens kept
+ * from earlier requests (0: none). Takes effect before the next run. */
+sa_status sa_session_set_memory(sa_session * session, int64_t capacity_tokens);
+/* Forget the memory's earlier requests before the next run (any thread, lock-free). */
+void sa_session_forget(sa_session * session);
+/* Tokens held by the memory and the bytes it uses (as of the last run's end). */
+void sa_session_memory_usage(const sa_session * session, int64_t * tokens, int64_t * bytes);
+/* llama.cpp's name of a drafter id ("ngram-mod", "memory", "none"); "" when unknown. */
+const char * sa_drafter_name(int32_t drafter);
 /* llama.cpp's own speculative summary (common_speculative_print_stats) to stderr. */
 void sa_session_print_stats(const sa_session * session);
 
@@ -253,6 +274,12 @@ sa_status sa_testing_top2(sa_session * session, const int32_t * tokens, int32_t 
 sa_status sa_testing_poll_stats(const sa_session * session, int32_t which, uint64_t until_requests,
                                 int64_t max_polls, sa_stats * out, int32_t cap, int32_t * n_out,
                                 int64_t * n_polls);
+/* Spec "auto" only: fixes the chooser's step cost for the rest of the session
+ * (plain_us a plain step; intercept_us + per_token_us * n a step verifying n
+ * drafted tokens) instead of measuring it, so that a test's outcome does not
+ * depend on the machine's load. */
+sa_status sa_testing_fix_step_cost(sa_session * session, double plain_us, double intercept_us,
+                                   double per_token_us);
 /* The compute threads the session's target context uses now for decode and
  * for prompt batches (set per run by the thread budget). Call it from the
  * run's own thread (its event callback) or between runs. */

@@ -18,20 +18,18 @@ void Counters::reset() {
 #define SA_RESET(type, name) name.store(0, relaxed);
     SA_STATS_COUNTERS(SA_RESET)
 #undef SA_RESET
-    for (int i = 0; i < SA_MAX_DRAFT_POS; ++i) {
-        accepted_per_pos[i].store(0, relaxed);
-        drafted_per_pos[i].store(0, relaxed);
-    }
+#define SA_RESET_ARRAY(type, name) for (auto & a : name) a.store(0, relaxed);
+    SA_STATS_ARRAYS(SA_RESET_ARRAY)
+#undef SA_RESET_ARRAY
 }
 
 void Counters::read(sa_stats * out) const {
 #define SA_COPY(type, name) out->name = name.load(relaxed);
     SA_STATS_COUNTERS(SA_COPY)
 #undef SA_COPY
-    for (int i = 0; i < SA_MAX_DRAFT_POS; ++i) {
-        out->accepted_per_pos[i] = accepted_per_pos[i].load(relaxed);
-        out->drafted_per_pos[i] = drafted_per_pos[i].load(relaxed);
-    }
+#define SA_COPY_ARRAY(type, name) for (size_t i = 0; i < std::extent_v<type>; ++i) out->name[i] = name[i].load(relaxed);
+    SA_STATS_ARRAYS(SA_COPY_ARRAY)
+#undef SA_COPY_ARRAY
 }
 
 // Seqlock writer (single thread): the counter is odd while the section runs;
@@ -43,9 +41,16 @@ void Stats::begin_write() {
 
 void Stats::end_write() { seq_.store(seq_.load(relaxed) + 1, std::memory_order_release); }
 
-void Stats::add_step(int32_t n_drafted, int32_t n_accepted) {
+void Stats::add_step(int32_t drafter, int32_t n_drafted, int32_t n_accepted) {
+    const bool known = drafter >= 0 && drafter < SA_N_DRAFTERS;
     begin_write();
+    if (known) drafter_.store(drafter, relaxed);
     for (Counters * c : {&total, &last}) {
+        if (known) {
+            bump(c->drafter_steps[drafter], (uint64_t) 1);
+            bump(c->drafter_drafted[drafter], (uint64_t) n_drafted);
+            bump(c->drafter_accepted[drafter], (uint64_t) n_accepted);
+        }
         bump(c->iters, (uint64_t) 1);
         bump(c->drafts_generated, (uint64_t) n_drafted);
         bump(c->drafts_accepted, (uint64_t) n_accepted);
@@ -111,6 +116,7 @@ void Stats::read(int32_t which, sa_stats * out) const {
             c.read(out);
             out->running = running_.load(relaxed);
             out->n_draft = n_draft_.load(relaxed);
+            out->drafter = drafter_.load(relaxed);
             std::atomic_thread_fence(std::memory_order_acquire);
             if (seq_.load(relaxed) == v1) break;
         }
@@ -132,6 +138,10 @@ void put(MsgpackWriter & w, double v, int) { w.real(v); }
 void put(MsgpackWriter & w, const PerPos & values, int n_pos) {
     w.array((uint32_t) n_pos);
     for (int i = 0; i < n_pos; ++i) w.integer((int64_t) values[i]);
+}
+void put(MsgpackWriter & w, const PerDrafter & values, int) {
+    w.array((uint32_t) SA_N_DRAFTERS);
+    for (uint64_t v : values) w.integer((int64_t) v);
 }
 
 #define SA_KEY(type, name) #name,

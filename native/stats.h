@@ -10,10 +10,12 @@
 
 #include <atomic>
 #include <cstdint>
+#include <type_traits>
 
 namespace sa {
 
 using PerPos = uint64_t[SA_MAX_DRAFT_POS];
+using PerDrafter = uint64_t[SA_N_DRAFTERS];
 
 // The counters of sa_stats, as X(type, name): the one list that declares,
 // resets and copies them.
@@ -23,18 +25,25 @@ using PerPos = uint64_t[SA_MAX_DRAFT_POS];
     X(int64_t, t_prefill_us) X(int64_t, t_draft_us) X(int64_t, t_verify_us)                     \
     X(int64_t, t_sample_us) X(int64_t, t_total_us) X(int64_t, t_decode_us) X(int64_t, ttft_us)
 
+// The arrays of sa_stats, as X(type, name): per draft position (cut to n_pos
+// in the stats map) and per drafter id (sa_drafter; id 0 counts plain steps).
+#define SA_STATS_ARRAYS(X)                                                                      \
+    X(PerPos, accepted_per_pos) X(PerPos, drafted_per_pos)                                      \
+    X(PerDrafter, drafter_steps) X(PerDrafter, drafter_drafted) X(PerDrafter, drafter_accepted)
+
 // The stats map of the event schema (spec_actor.h), in the order written:
 // every sa_stats field but n_pos and running. sa_stats_map_key lists it.
 #define SA_STATS_MAP_FIELDS(X)                                                                  \
     SA_STATS_COUNTERS(X) X(int32_t, n_draft) X(double, tokens_per_sec) X(double, acceptance_rate) \
-    X(PerPos, accepted_per_pos) X(PerPos, drafted_per_pos)
+    X(int32_t, drafter) SA_STATS_ARRAYS(X)
 
 struct Counters {
 #define SA_DECLARE_COUNTER(type, name) std::atomic<type> name{0};
     SA_STATS_COUNTERS(SA_DECLARE_COUNTER)
 #undef SA_DECLARE_COUNTER
-    std::atomic<uint64_t> accepted_per_pos[SA_MAX_DRAFT_POS] = {};
-    std::atomic<uint64_t> drafted_per_pos[SA_MAX_DRAFT_POS] = {};
+#define SA_DECLARE_ARRAY(type, name) std::atomic<uint64_t> name[std::extent_v<type>] = {};
+    SA_STATS_ARRAYS(SA_DECLARE_ARRAY)
+#undef SA_DECLARE_ARRAY
 
     void reset();
     void read(sa_stats * out) const;
@@ -57,8 +66,9 @@ public:
     // Draft length in use (the current one under adaptive drafting).
     void set_n_draft(int32_t n);
 
-    // Record one verification step: draft length and accepted count.
-    void add_step(int32_t n_drafted, int32_t n_accepted);
+    // Record one verification step: the drafter (sa_drafter id; SA_SPEC_NONE
+    // for a plain step), draft length and accepted count.
+    void add_step(int32_t drafter, int32_t n_drafted, int32_t n_accepted);
 
     // Start of a run: clears `last`, remembers the cumulative bases.
     void begin_run(int64_t now_us, uint64_t n_prompt);
@@ -78,6 +88,7 @@ private:
     std::atomic<uint64_t> seq_{0};  // odd inside a write section
     std::atomic<int32_t> running_{0};
     std::atomic<int32_t> n_draft_{0};
+    std::atomic<int32_t> drafter_{0};  // sa_drafter id of the latest step
 
     int64_t run_start_us_ = 0;
     int64_t base_total_us_ = 0;

@@ -70,6 +70,16 @@ extern "C" sa_status sa_testing_poll_stats(const sa_session * s, int32_t which, 
     return SA_OK;
 }
 
+extern "C" sa_status sa_testing_fix_step_cost(sa_session * s, double plain_us, double intercept_us, double per_token_us) {
+    if (s == nullptr) return fail(SA_ERR_INVALID_ARG, "sa_testing_fix_step_cost: null session");
+    if (!s->autod) return fail(SA_ERR_INVALID_ARG, "sa_testing_fix_step_cost: the session's spec is not auto");
+    if (!(plain_us > 0) || !(intercept_us > 0) || !(per_token_us >= 0)) {
+        return fail(SA_ERR_INVALID_ARG, "sa_testing_fix_step_cost: costs must be positive");
+    }
+    s->autod->fix_step_cost(plain_us, intercept_us, per_token_us);
+    return SA_OK;
+}
+
 extern "C" sa_status sa_testing_threads_in_use(const sa_session * s, int32_t * n_threads, int32_t * n_threads_batch) {
     if (s == nullptr || n_threads == nullptr || n_threads_batch == nullptr) {
         return fail(SA_ERR_INVALID_ARG, "sa_testing_threads_in_use: null argument");

@@ -26,15 +26,16 @@ from ._guards import WrongContextError
 from ._model import Model, ModelInfo, default_model_path, load_model
 from ._pool import ActorPool, open_pool
 from ._sampling import Sampling
-from ._session import RunResult, Session
+from ._session import DEFAULT_MEMORY, RunResult, Session
 from ._spec import SPEC_TYPES, Spec
-from ._stats import StatsSnapshot, Timings
+from ._stats import DrafterStats, StatsSnapshot, Timings
 from .streams import EventStream, TextStream
 from .nif.model import set_log_level, system_info
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "DEFAULT_MEMORY",
     "SPEC_TYPES",
     "ActorClosedError",
     "ActorPool",
@@ -42,6 +43,7 @@ __all__ = [
     "ContextError",
     "DecodeError",
     "Done",
+    "DrafterStats",
     "Eog",
     "Error",
     "Event",

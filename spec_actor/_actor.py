@@ -20,7 +20,7 @@ from ._model import Model
 from ._options import RequestOptions
 from ._request import EMPTY_STATS, STARTED, Request, RequestOwner, State
 from ._session import RunResult, Session
-from ._spec import Spec
+from ._spec import DEFAULT_SPEC, Spec
 from ._stats import StatsSnapshot
 from ._validate import check_int
 from .streams import StreamSource
@@ -140,8 +140,18 @@ class GenerationActor(StreamSource):
         final = self._final_stats
         return final if final is not None else self._session.stats()
 
+    def forget(self) -> None:
+        """Drop the cross-request memory (see ``memory=`` on `open_actor`).
+
+        Lock-free, from any task or thread. It takes effect when the next
+        request starts; a request already running keeps drafting from what
+        it had. After the actor closed, does nothing.
+        """
+        if not self._session.closed:
+            self._session.forget()
+
     def print_stats(self) -> None:
-        """Print llama.cpp's own speculative and performance summary to stderr.
+        """Print the speculative summary (per drafter under auto) and llama.cpp's performance summary to stderr.
 
         Raises:
             ActorClosedError: the actor is closed (its session is freed).
@@ -288,21 +298,29 @@ class GenerationActor(StreamSource):
 
 
 @asynccontextmanager
-async def open_actor(model: Model, *, spec: Spec | str = "none", n_ctx: int = 4096, max_queue: int = 16,
+async def open_actor(model: Model, *, spec: Spec | str = DEFAULT_SPEC, n_ctx: int = 4096, max_queue: int = 16,
                      stream_buffer: int = DEFAULT_STREAM_BUFFER,
                      **context_options: Any) -> AsyncIterator[GenerationActor]:
     """Open a generation actor: one native session serving trio tasks one request at a time.
 
     Args:
         model: A loaded model (`load_model`); any number of actors may share it.
-        spec: Speculative decoding: a `Spec` or a type name (``"ngram-mod"``).
+        spec: Speculative decoding: a `Spec` or a type name. The default,
+            ``"auto"``, chooses the drafter and draft length online and
+            falls back to plain decoding where drafting does not pay;
+            ``"none"`` turns speculation off; a type (``"ngram-mod"``) fixes it.
         n_ctx: Context size in tokens; a prompt must be shorter.
         max_queue: Requests that may wait; one more fails at once with
             `QueueFullError`.
         stream_buffer: Loop steps of events a request's channel holds before
             the native loop waits for the reader.
-        context_options: n_batch, n_ubatch, n_threads, n_threads_batch,
-            type_k, type_v, flash_attn (see `Session`). n_threads defaults
+        context_options: memory, n_batch, n_ubatch, n_threads, n_threads_batch,
+            type_k, type_v, flash_attn (see `Session`). ``memory`` (tokens,
+            default 65536, about 2 MB; 0: off) is what ``"auto"`` keeps of
+            earlier prompts and outputs to draft from: a request that
+            repeats an earlier one runs faster, a timing side channel. With
+            mutually untrusted users on one actor pass ``memory=0`` or call
+            `GenerationActor.forget` between them. n_threads defaults
             to every CPU the process may use, shared with the other sessions
             generating at the same time (docs/decisions/0027); the session
             computes on its own pool of threads, so CPU that the event loop

@@ -15,7 +15,7 @@ from ._tokenizer import Tokenizer
 from .nif import model as _nm
 
 # Speculative types that need nothing beyond the target model.
-_SELF_CONTAINED_TYPES = ("none", "ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache")
+_SELF_CONTAINED_TYPES = ("none", "ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache", "auto")
 
 
 @dataclass(frozen=True, slots=True)

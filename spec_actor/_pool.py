@@ -12,7 +12,7 @@ from ._guards import ensure_trio
 from ._model import Model
 from ._options import RequestOptions
 from ._request import Request
-from ._spec import Spec
+from ._spec import DEFAULT_SPEC, Spec
 from ._stats import StatsSnapshot, sum_snapshots
 from ._validate import check_int
 from .streams import StreamSource
@@ -72,6 +72,11 @@ class ActorPool(StreamSource):
         """
         return sum_stats([actor.stats() for actor in self._actors])
 
+    def forget(self) -> None:
+        """Drop every actor's cross-request memory (see `GenerationActor.forget`)."""
+        for actor in self._actors:
+            actor.forget()
+
     def print_stats(self) -> None:
         """Print llama.cpp's summary for each actor to stderr."""
         for actor in self._actors:
@@ -108,8 +113,9 @@ def sum_stats(snaps: Sequence[StatsSnapshot]) -> StatsSnapshot:
     return sum_snapshots(snaps)
 
 
+
 @asynccontextmanager
-async def open_pool(model: Model, *, size: int = 2, spec: Spec | str = "none", n_ctx: int = 4096,
+async def open_pool(model: Model, *, size: int = 2, spec: Spec | str = DEFAULT_SPEC, n_ctx: int = 4096,
                     max_queue: int = 16, stream_buffer: int = DEFAULT_STREAM_BUFFER,
                     n_threads: int | None = None, n_threads_batch: int | None = None,
                     **context_options: Any) -> AsyncIterator[ActorPool]:

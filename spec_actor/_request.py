@@ -23,7 +23,7 @@ from ._stats import NATIVE_FIELDS, StatsSnapshot
 __all__ = ["EMPTY_STATS", "STARTED", "Request", "RequestOwner", "State"]
 
 EMPTY_STATS = StatsSnapshot.from_fields(
-    **{name: () if name.endswith("_per_pos") else 0 for name in NATIVE_FIELDS}
+    **{name: () if name.endswith("_per_pos") or name.startswith("drafter_") else 0 for name in NATIVE_FIELDS}
 )
 """The statistics of a request that has not run."""
 

@@ -12,7 +12,7 @@ from ._guards import check_token_ids
 from ._machine import usable_cpus
 from ._model import Model, load_model
 from ._sampling import Sampling
-from ._spec import Spec
+from ._spec import DEFAULT_SPEC, Spec
 from ._stats import StatsSnapshot
 from ._utf8 import Utf8Stream
 from .nif import model as _nm
@@ -23,6 +23,10 @@ from .nif import testing as _nt
 KV_TYPES = {"f32": 0, "f16": 1, "q4_0": 2, "q4_1": 3, "q5_0": 6, "q5_1": 7, "q8_0": 8, "bf16": 30}
 
 EventSink = Callable[[list[Event]], "bool | None"]
+
+DEFAULT_MEMORY = 65536
+"""Tokens of earlier requests that a session's cross-request memory keeps by
+default (about 2 MB measured: 31 bytes per token; see `Session`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,13 +74,24 @@ class Session:
     until ``clear_cancel()``; ``run(clear_cancel=True)`` (the default)
     clears it first.
 
+    Memory: under ``Spec("auto")`` (the default) the session remembers the
+    tokens of its earlier prompts and outputs, up to ``memory`` tokens (the
+    oldest are evicted first), and drafts from them: a request that repeats
+    or edits an earlier one runs faster. That is a timing side channel: a
+    caller who can time its own requests learns whether text like its
+    prompt was generated for someone else on the same session. With
+    mutually untrusted users on one actor, pass ``memory=0`` (nothing is
+    kept across requests; drafting still looks within the current request)
+    or call ``forget()`` between users.
+
     Threads: with ``n_threads`` and ``n_threads_batch`` left None a run uses
     the CPUs the process may use, divided among the default-threaded
     sessions generating at the same time (docs/decisions/0027); explicit
     counts are used as given.
     """
 
-    def __init__(self, model: Model, *, spec: Spec | str = "none", n_ctx: int = 4096,
+    def __init__(self, model: Model, *, spec: Spec | str = DEFAULT_SPEC, memory: int = DEFAULT_MEMORY,
+                 n_ctx: int = 4096,
                  n_batch: int = 2048, n_ubatch: int = 512, n_threads: int | None = None,
                  n_threads_batch: int | None = None, type_k: str | int | None = None,
                  type_v: str | int | None = None, flash_attn: bool | None = None) -> None:
@@ -86,6 +101,8 @@ class Session:
         for name, value in (("n_ctx", n_ctx), ("n_batch", n_batch), ("n_ubatch", n_ubatch)):
             if not isinstance(value, int) or value < 1:
                 raise ConfigError(f"{name}={value!r} must be a positive integer")
+        if not isinstance(memory, int) or isinstance(memory, bool) or not 0 <= memory <= 1 << 30:
+            raise ConfigError(f"memory={memory!r} must be a number of tokens from 0 (off) to 2**30")
         if 0 < model.info.n_ctx_train < n_ctx:  # 0: unknown (a vocab_only model)
             raise ConfigError(f"n_ctx={n_ctx} exceeds the {model.info.n_ctx_train} tokens {model.info.arch} "
                               f"was trained for; pass n_ctx <= {model.info.n_ctx_train}")
@@ -107,6 +124,9 @@ class Session:
             type_k=_kv_type(type_k, "type_k"), type_v=_kv_type(type_v, "type_v"),
             flash_attn=-1 if flash_attn is None else int(bool(flash_attn)),
             threads_budgeted=n_threads is None and n_threads_batch is None)
+        _ns.set_memory(self._handle, memory)
+        self.memory = memory
+        """Tokens of earlier requests the cross-request memory keeps (0: none)."""
         self._decoder = BatchDecoder()
         # Per `which` (0 cumulative, 1 last run): (stats version, snapshot).
         self._snapshots: list[tuple[int, StatsSnapshot | None]] = [(-1, None), (-1, None)]
@@ -194,8 +214,16 @@ class Session:
             self._snapshots[which] = (version, snapshot)
         return snapshot
 
+    def forget(self) -> None:
+        """Drop the cross-request memory; the next run starts with none (any thread, lock-free)."""
+        _ns.forget(self._live())
+
+    def memory_usage(self) -> tuple[int, int]:
+        """(tokens, bytes) held by the cross-request memory as of the end of the last run."""
+        return _ns.memory_usage(self._live())
+
     def print_stats(self) -> None:
-        """Print llama.cpp's own speculative and performance summary to stderr."""
+        """Print the speculative summary (per drafter under auto) and llama.cpp's performance summary to stderr."""
         _ns.print_stats(self._live())
 
     def top2(self, tokens: Sequence[int]) -> tuple[int, int, float]:

@@ -10,7 +10,10 @@ from ._errors import ConfigError
 from ._validate import check_float, check_int
 from .nif import schema
 
-__all__ = ["AUTO_N_DRAFT_CEILING", "DRAFT_MODEL_TYPES", "SA_MAX_DRAFT_POS", "SPEC_TYPES", "Spec", "canonical_type"]
+__all__ = [
+    "AUTO_N_DRAFT_CEILING", "DEFAULT_SPEC", "DRAFT_MODEL_TYPES", "OPTIONAL_DRAFT_MODEL_TYPES", "SA_MAX_DRAFT_POS",
+    "SPEC_TYPES", "Spec", "canonical_type",
+]
 
 SA_MAX_DRAFT_POS = schema.MAX_DRAFT_POS
 """The most tokens one step may draft (the native per-position stats size)."""
@@ -24,7 +27,8 @@ _NGRAM_MAX = 1024  # the range llama.cpp's command line accepts for n-gram sizes
 # Canonical name -> default n_draft. The names are llama.cpp's; the nif layer
 # maps them to native values (tests check both lists agree). Model drafts
 # (a draft model, EAGLE3, MTP, DFlash) default to 3 tokens: each costs a
-# forward pass of the drafter. N-gram lookups are nearly free: 8.
+# forward pass of the drafter. N-gram lookups are nearly free: 8. "auto"'s
+# n_draft is the ceiling of its online choice (docs/decisions/0024).
 _TYPES: dict[str, int] = {
     "none": 0,
     "draft-simple": 3,
@@ -36,9 +40,11 @@ _TYPES: dict[str, int] = {
     "ngram-map-k4v": 8,
     "ngram-mod": 8,
     "ngram-cache": 8,
+    "auto": 32,
 }
 _ALIASES = {"mtp": "draft-mtp", "draft": "draft-simple", "eagle3": "draft-eagle3", "dflash": "draft-dflash"}
 _NEEDS_DRAFT_MODEL = frozenset({"draft-simple", "draft-eagle3", "draft-dflash"})
+_TAKES_DRAFT_MODEL = _NEEDS_DRAFT_MODEL | {"auto"}
 # llama.cpp's MTP, EAGLE-3 and DFlash drafters always draft their whole n_max
 # (a drafter forward pass per token) and cut the draft afterwards. Under
 # n_draft="auto" their ceiling therefore stays at the fixed default, so a step
@@ -47,10 +53,17 @@ _NEEDS_DRAFT_MODEL = frozenset({"draft-simple", "draft-eagle3", "draft-dflash"})
 _DRAFTS_FULL_LENGTH = frozenset({"draft-eagle3", "draft-mtp", "draft-dflash"})
 
 SPEC_TYPES: tuple[str, ...] = tuple(_TYPES)
-"""The canonical speculative type names, in llama.cpp's order."""
+"""The canonical speculative type names, in llama.cpp's order, then ``auto``."""
+
+DEFAULT_SPEC = "auto"
+"""The spec of `open_actor`, `open_pool`, `Session` and ``spec-actor generate``
+when none is given. ``"none"`` turns speculation off."""
 
 DRAFT_MODEL_TYPES: frozenset[str] = _NEEDS_DRAFT_MODEL
 """The types that draft with a second model and need ``draft_model``."""
+
+OPTIONAL_DRAFT_MODEL_TYPES: frozenset[str] = _TAKES_DRAFT_MODEL - _NEEDS_DRAFT_MODEL
+"""The types that may take a ``draft_model`` without needing one (``auto``)."""
 
 
 @final
@@ -68,6 +81,15 @@ class Spec:
     length online up to `max_draft`: `AUTO_N_DRAFT_CEILING` (16), or 3 for
     MTP, EAGLE-3 and DFlash, whose drafters always draft their full length.
 
+    ``Spec("auto")`` (the default of actors, pools and sessions) chooses the
+    drafter for every step as well as its length, learned online from what
+    it measures: every n-gram kind, the cross-request memory of the session
+    (see ``memory=`` on `open_actor`), the model's MTP layers when it was
+    loaded with ``load_mtp=True``, or ``draft_model`` (a draft model or an
+    EAGLE-3 head) when given, and always "no draft" when drafting does not
+    pay. Its ``n_draft`` (default 32, or ``"auto"`` for that default) is the
+    ceiling of the draft length.
+
     Args:
         type: The speculative type.
         n_draft: Most tokens drafted per step (1 to 64), ``"auto"``, or None
@@ -84,8 +106,8 @@ class Spec:
         ngram_mod_n_min: ngram-mod's fewest draft tokens.
         ngram_mod_n_max: ngram-mod's most draft tokens (at most 64).
         draft_model: The draft model (a loaded model or a GGUF path), needed
-            by and only by draft-simple, draft-eagle3 and draft-dflash;
-            stored as given.
+            by draft-simple, draft-eagle3 and draft-dflash and optional for
+            auto; stored as given.
 
     Raises:
         ConfigError: A parameter is out of range; the message names it, the
@@ -110,7 +132,7 @@ class Spec:
         set_ = object.__setattr__
         set_(self, "type", name)
         default_n = _TYPES[name]
-        if self.n_draft is None:
+        if self.n_draft is None or (name == "auto" and self.n_draft == "auto"):
             set_(self, "n_draft", default_n)
         elif self.n_draft == "auto":
             if name == "none":
@@ -129,16 +151,21 @@ class Spec:
                   hint="ngram_mod_n_min may not exceed ngram_mod_n_max")  # fmt: skip
         if self.needs_draft_model and self.draft_model is None:
             raise ConfigError(f"{name} needs draft_model=... (a loaded draft model or a GGUF path)")
-        if not self.needs_draft_model and self.draft_model is not None:
+        if name not in _TAKES_DRAFT_MODEL and self.draft_model is not None:
             raise ConfigError(
                 f"{name} does not use draft_model; pass it only with "
-                f"{', '.join(sorted(_NEEDS_DRAFT_MODEL))}"
+                f"{', '.join(sorted(_TAKES_DRAFT_MODEL))}"
             )
 
     @property
     def adaptive(self) -> bool:
-        """Whether the draft length is tuned online (``n_draft="auto"``)."""
-        return self.n_draft == "auto"
+        """Whether the draft length is tuned online (``n_draft="auto"``, or type ``auto``)."""
+        return self.n_draft == "auto" or self.is_auto
+
+    @property
+    def is_auto(self) -> bool:
+        """Whether the drafter itself is chosen online (type ``auto``)."""
+        return self.type == "auto"
 
     @property
     def max_draft(self) -> int:
@@ -150,7 +177,7 @@ class Spec:
 
     @property
     def needs_draft_model(self) -> bool:
-        """Whether this type drafts with a separate model (draft-simple, eagle3, dflash)."""
+        """Whether this type needs a separate draft model (draft-simple, eagle3, dflash)."""
         return self.type in _NEEDS_DRAFT_MODEL
 
     @property

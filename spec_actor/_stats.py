@@ -14,7 +14,7 @@ from typing import Any, final
 from ._errors import EventDecodeError
 from .nif import schema
 
-__all__ = ["NATIVE_FIELDS", "SA_MAX_DRAFT_POS", "StatsSnapshot", "Timings", "sum_snapshots"]
+__all__ = ["DRAFTER_NAMES", "NATIVE_FIELDS", "SA_MAX_DRAFT_POS", "DrafterStats", "StatsSnapshot", "Timings", "sum_snapshots"]
 
 SA_MAX_DRAFT_POS = schema.MAX_DRAFT_POS
 """Length of the per-position arrays in the native ``sa_stats`` struct."""
@@ -22,11 +22,17 @@ SA_MAX_DRAFT_POS = schema.MAX_DRAFT_POS
 NATIVE_FIELDS: tuple[str, ...] = schema.STATS_FIELDS
 """The ``sa_stats`` field names, which are the keyword names of `StatsSnapshot.from_fields`."""
 
+DRAFTER_NAMES: tuple[str, ...] = schema.DRAFTER_NAMES
+"""Drafter names by native drafter id: llama.cpp's speculative type names
+(``"none"`` counts plain steps) and ``"memory"``, the cross-request memory;
+the id of ``auto`` itself has the name ``""``."""
+
 # Stats map keys of the event schema, all required: key -> accepted value types.
 _KIND_TYPES: dict[str, tuple[type, ...]] = {"int": (int,), "float": (int, float), "array": (list,)}
 _MAP_TYPES: dict[str, tuple[type, ...]] = {
     key: _KIND_TYPES[schema.stats_field_kind(key)] for key in schema.STATS_MAP_KEYS
 }
+_ARRAY_KEYS = tuple(key for key in schema.STATS_MAP_KEYS if schema.stats_field_kind(key) == "array")
 
 
 @final
@@ -44,6 +50,29 @@ class Timings:
     """Sampling and accepting tokens."""
     total: int
     """The whole run, prefill included."""
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class DrafterStats:
+    """What one drafter contributed (see `StatsSnapshot.drafters`)."""
+
+    name: str
+    """The drafter: a speculative type name (``"ngram-mod"``, ``"draft-mtp"``, ...),
+    ``"memory"`` (the cross-request memory) or ``"none"`` (plain steps)."""
+    steps: int
+    """Loop steps whose draft came from this drafter."""
+    drafted: int
+    """Draft tokens it proposed that were verified."""
+    accepted: int
+    """Of those, accepted by the target."""
+    share: float
+    """Its accepted tokens as a share of all tokens emitted (0.0 to 1.0)."""
+
+    @property
+    def acceptance_rate(self) -> float:
+        """``accepted / drafted`` (0.0 when nothing was drafted)."""
+        return self.accepted / self.drafted if self.drafted else 0.0
 
 
 @final
@@ -86,6 +115,13 @@ class StatsSnapshot:
     """Whether a run was in progress when the snapshot was taken."""
     decode_us: int = 0
     """Wall time since the first token, in microseconds, live while running."""
+    drafter: str = "none"
+    """The drafter of the latest step (``"none"``: it drafted nothing); under
+    ``Spec("auto")`` it follows the online choice."""
+    drafters: tuple[DrafterStats, ...] = ()
+    """Per drafter that ran a step, in native id order: steps, drafted,
+    accepted and share of the tokens. Under ``Spec("auto")`` it shows what
+    the choice settled on."""
 
     @classmethod
     def from_fields(
@@ -111,6 +147,10 @@ class StatsSnapshot:
         running: bool | int = False,
         t_decode_us: int = 0,
         n_pos: int | None = None,
+        drafter: int = 0,
+        drafter_steps: Iterable[int] = (),
+        drafter_drafted: Iterable[int] = (),
+        drafter_accepted: Iterable[int] = (),
     ) -> StatsSnapshot:
         """Build a snapshot from values named as in the native ``sa_stats`` struct.
 
@@ -142,6 +182,8 @@ class StatsSnapshot:
             requests=requests,
             running=bool(running),
             decode_us=t_decode_us,
+            drafter=drafter_name(drafter),
+            drafters=drafter_table(drafter_steps, drafter_drafted, drafter_accepted, tokens_emitted),
         )
 
     @classmethod
@@ -166,12 +208,10 @@ class StatsSnapshot:
             raise EventDecodeError(f"stats map: unknown key(s) {sorted(map(str, unknown))}")
         for key, types in _MAP_TYPES.items():
             _check_type(key, d[key], types)
-        for key in ("accepted_per_pos", "drafted_per_pos"):
-            values = d[key]
-            if len(values) > SA_MAX_DRAFT_POS or any(type(v) is not int for v in values):
-                raise EventDecodeError(
-                    f"stats map: {key} must be a list of at most {SA_MAX_DRAFT_POS} ints, found {values!r}"
-                )
+        for key in _ARRAY_KEYS:
+            values, most = d[key], schema.stats_array_length(key)
+            if len(values) > most or any(type(v) is not int for v in values):
+                raise EventDecodeError(f"stats map: {key} must be a list of at most {most} ints, found {values!r}")
         return cls.from_fields(**d)
 
     @property
@@ -182,8 +222,14 @@ class StatsSnapshot:
         """
         return self.tokens_emitted / self.iters if self.iters else 0.0
 
+    def drafter_summary(self) -> str:
+        """Per drafter, ``name steps/accepted (share)``, most tokens first; "" if none drafted."""
+        rows = sorted((d for d in self.drafters if d.name != "none"), key=lambda d: -d.accepted)
+        return ", ".join(f"{d.name} {d.steps} steps {d.accepted}/{d.drafted} ({d.share:.0%})" for d in rows)
+
     def summary(self) -> str:
         """Return a one-line, human-readable summary."""
+        drafters = self.drafter_summary()
         return (
             f"{self.tokens_emitted} tokens at {self.tokens_per_sec:.1f} tok/s, "
             f"{self.iters} steps ({self.mean_accepted_per_step:.2f} tokens/step), "
@@ -191,6 +237,7 @@ class StatsSnapshot:
             f"({self.acceptance_rate:.1%}), n_draft {self.n_draft}, "
             f"prompt {self.prompt_tokens} tokens in {self.timing_us.prefill / 1000:.1f} ms, "
             f"ttft {self.ttft_us / 1000:.1f} ms"
+            + (f"; drafters: {drafters}" if drafters else "")
         )
 
 
@@ -224,7 +271,8 @@ def sum_snapshots(snaps: Sequence[StatsSnapshot]) -> StatsSnapshot:
 
     Counts, times and tokens/s add up, per position too; ``ttft_us`` and
     ``n_draft`` are the largest, ``running`` whether any runs, and
-    ``acceptance_rate`` is recomputed from the sums. Walks the snapshot's
+    ``acceptance_rate`` and each drafter's share are recomputed from the
+    sums, and ``drafter`` is that of the snapshot with the most tokens. Walks the snapshot's
     fields, so a field added to `StatsSnapshot` is summed without a change here.
     """
     if not snaps:
@@ -234,6 +282,10 @@ def sum_snapshots(snaps: Sequence[StatsSnapshot]) -> StatsSnapshot:
         items = [getattr(s, f.name) for s in snaps]
         if f.name in _LARGEST:
             values[f.name] = max(items)
+        elif f.name == "drafter":
+            values[f.name] = max(snaps, key=lambda s: s.tokens_emitted).drafter
+        elif f.name == "drafters":
+            values[f.name] = _sum_drafters(items, sum(s.tokens_emitted for s in snaps))
         elif isinstance(items[0], bool):
             values[f.name] = any(items)
         elif isinstance(items[0], Timings):
@@ -249,3 +301,30 @@ def sum_snapshots(snaps: Sequence[StatsSnapshot]) -> StatsSnapshot:
 
 
 _LARGEST = frozenset(("ttft_us", "n_draft"))
+
+
+def _sum_drafters(tables: Sequence[tuple[DrafterStats, ...]], tokens: int) -> tuple[DrafterStats, ...]:
+    sums: dict[str, list[int]] = {}
+    for table in tables:
+        for d in table:
+            row = sums.setdefault(d.name, [0, 0, 0])
+            row[0] += d.steps
+            row[1] += d.drafted
+            row[2] += d.accepted
+    return tuple(DrafterStats(name, n, d, a, a / tokens if tokens else 0.0) for name, (n, d, a) in sums.items())
+
+
+def drafter_name(drafter: int) -> str:
+    """The name of a native drafter id ("none" for an unknown one)."""
+    return DRAFTER_NAMES[drafter] if 0 <= drafter < len(DRAFTER_NAMES) and DRAFTER_NAMES[drafter] else "none"
+
+
+def drafter_table(
+    steps: Iterable[int], drafted: Iterable[int], accepted: Iterable[int], tokens_emitted: int
+) -> tuple[DrafterStats, ...]:
+    """`DrafterStats` of each drafter id with steps, from the native per-id arrays."""
+    return tuple(
+        DrafterStats(DRAFTER_NAMES[i], n, d, a, a / tokens_emitted if tokens_emitted else 0.0)
+        for i, (n, d, a) in enumerate(zip(steps, drafted, accepted))
+        if n and i < len(DRAFTER_NAMES)
+    )

@@ -27,6 +27,7 @@ async def serving(model: Model, **options: Any) -> AsyncIterator[Server]:
     """A server on a free port of 127.0.0.1, one actor of one thread unless told otherwise."""
     options.setdefault("n_ctx", CTX)
     options.setdefault("n_threads", 1)
+    options.setdefault("spec", "none")  # the tests compare with plain greedy text; auto is the server's default
     async with open_server(model, port=0, **options) as server:
         yield server
 

@@ -79,7 +79,7 @@ def assert_no_control_characters(text: str) -> None:
 def test_generate_streams_the_same_text_as_the_library(gemma):
     proc = cli("generate", PROMPT, "--max-tokens", "12", "--threads", "2", "--n-ctx", "512")
     assert proc.returncode == 0, proc.stderr
-    with spec_actor.Session(gemma, n_ctx=512, n_threads=2) as session:
+    with spec_actor.Session(gemma, n_ctx=512, n_threads=2) as session:  # both on the default spec (auto)
         expected = session.run(PROMPT, max_tokens=12, temp=0.0)
     assert proc.stdout == expected.text
     [summary] = proc.stderr.splitlines()

@@ -12,7 +12,8 @@ STATS = {
     "prompt_tokens": 5, "n_draft": 2, "t_prefill_us": 10, "t_draft_us": 20,
     "t_verify_us": 30, "t_sample_us": 4, "t_total_us": 70, "ttft_us": 12,
     "tokens_per_sec": 100.0, "acceptance_rate": 0.6666, "accepted_per_pos": [3, 1],
-    "drafted_per_pos": [3, 3], "requests": 1, "t_decode_us": 55,
+    "drafted_per_pos": [3, 3], "requests": 1, "t_decode_us": 55, "drafter": 0,
+    "drafter_steps": [0] * 12, "drafter_drafted": [0] * 12, "drafter_accepted": [0] * 12,
 }  # fmt: skip
 
 decode = BatchDecoder().decode

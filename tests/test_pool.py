@@ -11,7 +11,7 @@ from spec_actor._pool import open_pool
 
 
 async def test_pool_of_two_runs_two_streams_at_once(gemma):
-    async with open_pool(gemma, size=2, n_ctx=256) as pool:
+    async with open_pool(gemma, size=2, spec="none", n_ctx=256) as pool:
         assert [a.session for a in pool.actors][0] is not pool.actors[1].session
         overlap = False
         texts = {}

@@ -24,14 +24,14 @@ NGRAM_TYPES = ["ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngr
 
 @pytest.fixture(scope="module")
 def plain(gemma):
-    with Session(gemma, n_ctx=1024) as session:
+    with Session(gemma, spec="none", n_ctx=1024) as session:
         yield session
 
 
 def test_plain_greedy_is_deterministic_across_runs_and_sessions(gemma, plain):
     first = greedy(plain, PROMPT)
     second = greedy(plain, PROMPT)
-    with Session(gemma, n_ctx=1024) as other:
+    with Session(gemma, spec="none", n_ctx=1024) as other:
         third = greedy(other, PROMPT)
     assert first.tokens == second.tokens == third.tokens
     assert first.text and first.text == third.text

@@ -82,13 +82,13 @@ def drafting_session(model: spec_actor.Model, spec: Spec, n_ctx: int = 512) -> S
 @pytest.fixture(scope="module")
 def mtp_plain(mtp_model):
     """Plain greedy decoding on the MTP model: the reference output and the top-2 probe."""
-    with Session(mtp_model, n_ctx=512) as session:
+    with Session(mtp_model, spec="none", n_ctx=512) as session:
         yield session
 
 
 @pytest.fixture(scope="module")
 def target_plain(tiny_target):
-    with Session(tiny_target, n_ctx=512) as session:
+    with Session(tiny_target, spec="none", n_ctx=512) as session:
         yield session
 
 
@@ -265,7 +265,7 @@ def test_unusable_speculative_setup_is_a_clear_spec_error(request, case):
     with pytest.raises(SpecError, match=match):
         Session(model, spec=spec, n_ctx=256)
     # the model is still fine for what it can do
-    with Session(model, n_ctx=256) as plain:
+    with Session(model, spec="none", n_ctx=256) as plain:
         assert greedy(plain, PROMPT, 4).status == "done"
 
 
@@ -313,7 +313,7 @@ def test_adaptive_draft_length_stays_within_bounds_and_keeps_greedy_output(reque
     build, prompt, n, lo, hi = ADAPTIVE[mode]
     model, spec = build(request.getfixturevalue)
     assert spec.adaptive and spec.max_draft == hi
-    with Session(model, n_ctx=512) as plain:
+    with Session(model, spec="none", n_ctx=512) as plain:
         with drafting_session(model, spec) as session:
             result, events = run_collecting(session, prompt, n, emit_stats_every=1)
         assert_consistent(result, n)

@@ -21,14 +21,18 @@ def stats_map(**over):
         "t_sample_us": 300, "t_total_us": 13000, "ttft_us": 1800,
         "tokens_per_sec": 2450.5, "acceptance_rate": 0.75,
         "accepted_per_pos": [8, 6, 4], "drafted_per_pos": [10, 8, 6],
-        "requests": 1, "t_decode_us": 11500,
+        "requests": 1, "t_decode_us": 11500, "drafter": 0,
+        "drafter_steps": [0] * 12, "drafter_drafted": [0] * 12, "drafter_accepted": [0] * 12,
     }  # fmt: skip
     d.update(over)
     return d
 
 
 def test_from_map_fills_every_field():
-    snap = StatsSnapshot.from_map(stats_map(requests=2, t_decode_us=11000))
+    # drafter ids: 0 plain steps, 8 ngram-mod (llama.cpp's order), 11 the memory
+    per_drafter = {"drafter_steps": [2] + [0] * 7 + [5, 0, 0, 3], "drafter_drafted": [0] * 8 + [16, 0, 0, 8],
+                   "drafter_accepted": [0] * 8 + [12, 0, 0, 6]}
+    snap = StatsSnapshot.from_map(stats_map(requests=2, t_decode_us=11000, drafter=8, **per_drafter))
     assert snap.iters == 10
     assert snap.drafts_generated == 24
     assert snap.drafts_accepted == 18
@@ -42,6 +46,9 @@ def test_from_map_fills_every_field():
     assert snap.accepted_per_pos == (8, 6, 4)
     assert snap.drafted_per_pos == (10, 8, 6)
     assert (snap.requests, snap.running, snap.decode_us) == (2, False, 11000)
+    assert snap.drafter == "ngram-mod"
+    assert [(d.name, d.steps, d.drafted, d.accepted, d.share) for d in snap.drafters] == [
+        ("none", 2, 0, 0, 0.0), ("ngram-mod", 5, 16, 12, 12 / 28), ("memory", 3, 8, 6, 6 / 28)]
 
 
 def test_ints_accepted_for_floats():
@@ -71,6 +78,7 @@ def test_native_map_keys_are_the_struct_fields_but_n_pos_and_running():
         (stats_map(accepted_per_pos=(1, 2)), "accepted_per_pos must be list"),
         (stats_map(accepted_per_pos=[1, "2"]), "accepted_per_pos must be a list of at most 64 ints"),
         (stats_map(drafted_per_pos=[0] * 65), "drafted_per_pos must be a list of at most 64 ints"),
+        (stats_map(drafter_steps=[0] * 13), "drafter_steps must be a list of at most 12 ints"),
         ([1, 2], "expected a map, found list"),
     ],
 )

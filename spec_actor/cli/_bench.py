@@ -199,6 +199,14 @@ def _meta(model: Model, args: argparse.Namespace, n_ctx: int) -> dict[str, Any]:
     }
 
 
+def _top_drafter(cell: Cell) -> str | None:
+    """For auto, the drafter that supplied most tokens in the last run; None for a fixed type."""
+    if not cell.spec.is_auto or not cell.samples:
+        return None
+    drafters = [d for d in cell.samples[-1].drafters if d.name != "none"]
+    return max(drafters, key=lambda d: d.accepted).name if drafters else "none"
+
+
 def _plain(cells: list[Cell], prompt: str) -> Cell | None:
     return next((c for c in cells if c.prompt == prompt and c.spec.type == "none"), None)
 
@@ -223,6 +231,8 @@ def to_json(cells: list[Cell], meta: dict[str, Any]) -> dict[str, Any]:
             "iters": [s.iters for s in cell.samples],
             "prompt_tokens": cell.samples[0].prompt_tokens,
             "ttft_ms": [s.ttft_us / 1000 for s in cell.samples],
+            "drafters": cell.samples[-1].drafter_summary(),
+            "top_drafter": _top_drafter(cell),
         })
     return {"schema": JSON_SCHEMA, **meta, "results": results}
 
@@ -253,7 +263,8 @@ def render_report(report: dict[str, Any], *, markdown: bool = False) -> str:
         if i and r["prompt"] != report["results"][i - 1]["prompt"]:
             table.section()
         ratio, accepted = r["ratio_to_plain"], r["acceptance_rate"]
-        table.add(r["prompt"], r["type"], r["n_draft"] if r["type"] != "none" else "-",
+        top = r.get("top_drafter")  # absent from reports older than auto
+        table.add(r["prompt"], f"{r['type']} ({top})" if top else r["type"], r["n_draft"] if r["type"] != "none" else "-",
                   f"{r['median_tokens_per_sec']:.1f}", f"{ratio:.2f}x" if ratio is not None else "-",
                   f"{accepted:.1%}" if accepted is not None else "-", f"{r['mean_accepted_per_step']:.2f}")
     return "\n".join([*lines, table.render(markdown=markdown)])

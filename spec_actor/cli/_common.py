@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any, NoReturn, Protocol
 
 from .._model import Model, load_model
-from .._spec import DRAFT_MODEL_TYPES, SA_MAX_DRAFT_POS, Spec, canonical_type
+from .._spec import DRAFT_MODEL_TYPES, OPTIONAL_DRAFT_MODEL_TYPES, SA_MAX_DRAFT_POS, Spec, canonical_type
 
 PROG = "spec-actor"
 
@@ -122,10 +122,11 @@ def make_spec(type_: str, n_draft: int | str | None, draft_model: str | None,
     needs_draft = name in DRAFT_MODEL_TYPES
     if needs_draft and draft_model is None:
         raise CliError(f"--spec {name} drafts with a second model: pass --draft-model PATH", exit_code=2)
-    if draft_model is not None and not needs_draft:
-        raise CliError(f"--draft-model is used only by {', '.join(sorted(DRAFT_MODEL_TYPES))}, "
+    takers = DRAFT_MODEL_TYPES | OPTIONAL_DRAFT_MODEL_TYPES
+    if draft_model is not None and name not in takers:
+        raise CliError(f"--draft-model is used only by {', '.join(sorted(takers))}, "
                        f"not by {name}", exit_code=2)
-    draft = _existing(draft_model, "draft model") if needs_draft else None
+    draft = _existing(draft_model, "draft model") if draft_model is not None else None
     return Spec(name, n_draft=n_draft, draft_model=draft, **dict(params))
 
 

@@ -19,7 +19,7 @@ from .._events import TERMINAL, Done, Eog, Error, Token
 from .._model import Model
 from .._request import EMPTY_STATS
 from .._sampling import Sampling
-from .._spec import SPEC_TYPES, Spec
+from .._spec import DEFAULT_SPEC, SPEC_TYPES, Spec
 from .._stats import StatsSnapshot
 from ..streams import EventStream
 from ._common import (CliError, Subcommands, add_draft_options, add_engine_options, add_model_options,
@@ -41,7 +41,8 @@ def add_parser(sub: Subcommands) -> None:
     add_model_options(p)
     p.add_argument("-s", "--spec", default=None, metavar="TYPE",
                    help=f"speculative type: {', '.join(SPEC_TYPES)} or an alias (mtp, draft, eagle3, "
-                        "dflash); default none, or draft-simple with --draft-model")
+                        "dflash); default auto (chooses the drafter and length online; with --draft-model it may "
+                        "draft with it); none turns speculation off")
     p.add_argument("-d", "--n-draft", type=n_draft_arg, metavar="N|auto",
                    help="most tokens drafted per step, or auto (default: 3 for model drafts, 8 for n-grams)")
     add_draft_options(p)
@@ -67,7 +68,7 @@ def add_parser(sub: Subcommands) -> None:
 
 def run(args: argparse.Namespace) -> int:
     prompt = _read_prompt(args.prompt)
-    spec_type = args.spec or ("draft-simple" if args.draft_model else "none")
+    spec_type = args.spec or DEFAULT_SPEC  # auto; it drafts with --draft-model too
     try:
         spec = make_spec(spec_type, args.n_draft, args.draft_model, args.spec_param)
     except ConfigError as exc:
@@ -180,6 +181,8 @@ def status_text(snap: StatsSnapshot | None, elapsed: float, n_prompt: int, show_
     if show_accept:
         parts.append(f"drafts {snap.drafts_accepted}/{snap.drafts_generated} ({snap.acceptance_rate:.0%})")
         parts.append(f"{snap.mean_accepted_per_step:.2f}/step")
+        if snap.drafters:
+            parts.append(f"drafter {snap.drafter}")
     parts.append(f"{elapsed:.1f}s")
     return " | ".join(parts)
 

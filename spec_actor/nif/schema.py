@@ -12,6 +12,7 @@ from typing import Literal
 from ._raw import ffi, lib
 
 __all__ = [
+    "DRAFTER_NAMES",
     "EVENT_SCHEMA_VERSION",
     "EV_DONE",
     "EV_EOG",
@@ -22,6 +23,8 @@ __all__ = [
     "SPEC_TYPE_IDS",
     "STATS_FIELDS",
     "STATS_MAP_KEYS",
+    "stats_array_length",
+    "stats_array_per_pos",
     "stats_field_kind",
 ]
 
@@ -55,11 +58,21 @@ _FIELD_TYPES = dict(ffi.typeof("sa_stats").fields)
 
 
 def stats_field_kind(name: str) -> Literal["int", "float", "array"]:
-    """Whether ``sa_stats.name`` holds an integer, a float or a per-position array."""
+    """Whether ``sa_stats.name`` holds an integer, a float or an array (per position or per drafter)."""
     t = _FIELD_TYPES[name].type
     if t.kind == "array":
         return "array"
     return "float" if t.cname in ("double", "float") else "int"
+
+
+def stats_array_length(name: str) -> int:
+    """The declared length of the array field ``sa_stats.name``."""
+    return _FIELD_TYPES[name].type.length
+
+
+def stats_array_per_pos(name: str) -> bool:
+    """Whether the array field ``sa_stats.name`` is per draft position (cut to ``n_pos``), not per drafter."""
+    return stats_array_length(name) == MAX_DRAFT_POS
 
 
 def _spec_type_ids() -> dict[str, int]:
@@ -71,3 +84,7 @@ def _spec_type_ids() -> dict[str, int]:
 
 SPEC_TYPE_IDS: dict[str, int] = _spec_type_ids()
 """llama.cpp's speculative type names -> ``sa_spec_type`` values, in llama.cpp's order."""
+
+DRAFTER_NAMES: tuple[str, ...] = tuple(ffi.string(lib.sa_drafter_name(i)).decode() for i in range(lib.SA_N_DRAFTERS))
+"""Drafter names by native drafter id (``sa_drafter``): speculative type names
+and ``"memory"``; the id of ``auto`` itself has the name ``""``."""

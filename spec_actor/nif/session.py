@@ -8,7 +8,7 @@ from typing import Any, Callable
 from ._check import check
 from ._pack import fill, new_struct
 from ._raw import ffi, lib
-from .schema import SPEC_TYPE_IDS, STATS_FIELDS, stats_field_kind
+from .schema import SPEC_TYPE_IDS, STATS_FIELDS, stats_array_per_pos, stats_field_kind
 
 SessionHandle = Any  # cdata 'sa_session *', freed by ffi.gc
 
@@ -118,11 +118,12 @@ def stats(handle: SessionHandle, which: int) -> dict[str, Any]:
 def snapshot_values(s: Any) -> dict[str, Any]:
     """The fields of a cffi ``sa_stats`` as plain values, keyed by `schema.STATS_FIELDS`.
 
-    The per-position arrays become tuples cut to ``n_pos``.
+    The arrays become tuples, the per-position ones cut to ``n_pos``.
     """
     values = {name: getattr(s, name) for name in _SCALAR_FIELDS}
     for name in _ARRAY_FIELDS:
-        values[name] = tuple(ffi.unpack(getattr(s, name), s.n_pos))
+        array = getattr(s, name)
+        values[name] = tuple(ffi.unpack(array, s.n_pos) if stats_array_per_pos(name) else array)
     return values
 
 
@@ -137,6 +138,23 @@ def n_ctx(handle: SessionHandle) -> int:
 
 def n_batch(handle: SessionHandle) -> int:
     return lib.sa_session_n_batch(handle)
+
+
+def set_memory(handle: SessionHandle, tokens: int) -> None:
+    """Set the cross-request memory's capacity in tokens (0: none) for the next run."""
+    check(lib.sa_session_set_memory(handle, tokens), "set memory")
+
+
+def forget(handle: SessionHandle) -> None:
+    """Drop the cross-request memory before the next run (any thread, lock-free)."""
+    lib.sa_session_forget(handle)
+
+
+def memory_usage(handle: SessionHandle) -> tuple[int, int]:
+    """(tokens, bytes) the cross-request memory held at the end of the last run."""
+    tokens, nbytes = ffi.new("int64_t *"), ffi.new("int64_t *")
+    lib.sa_session_memory_usage(handle, tokens, nbytes)
+    return tokens[0], nbytes[0]
 
 
 def print_stats(handle: SessionHandle) -> None:

@@ -39,6 +39,15 @@ def poll_stats(handle: SessionHandle, which: int, *, until_requests: int, max_po
     return [snapshot_values(out[i]) for i in range(n[0])], polls[0]
 
 
+def fix_step_cost(handle: SessionHandle, plain_us: float, intercept_us: float, per_token_us: float) -> None:
+    """Fix an auto session's step cost (plain; intercept + per_token * n drafted) instead of measuring it.
+
+    The chooser's decisions then depend on what it drafts and what the
+    target accepts, not on the machine's load.
+    """
+    check(lib.sa_testing_fix_step_cost(handle, plain_us, intercept_us, per_token_us), "fix step cost")
+
+
 def threads_in_use(handle: SessionHandle) -> tuple[int, int]:
     """(decode threads, prompt-batch threads) the session's target context uses now.
 

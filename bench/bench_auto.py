@@ -1,0 +1,209 @@
+"""Benchmark Spec("auto") against plain decoding and every fixed n-gram type, side by side.
+
+    python bench/bench_auto.py [--reps N] [--tokens N] [--threads N] [--only W ...] [--modes M ...] [--check]
+
+One process, the embedded Gemma 3 270M Q4_K_M. Modes: plain; ngram-simple,
+ngram-map-k, ngram-map-k4v, ngram-mod and ngram-cache at n_draft 8 and 16;
+auto. Workloads (bench/prompts/):
+
+- code copied with edits (copy_edit), extraction into JSON (extract_json),
+  question answering by quoting a passage (qa_quote), a story (story), a
+  chat turn in Gemma's template (chat), a German prompt (non_english), the
+  story sampled at temperature 1.0 (story sampled), a verbatim copy of a
+  long passage (copy_long): each run on a fresh session, so nothing carries
+  over from an earlier run;
+- an agentic chain: three requests on one session, each showing the
+  previous answer and asking for an edit (agent_task.txt, then "add a
+  docstring", then "add type hints"). The chain's text is fixed once from
+  plain greedy output, so every mode runs the same three prompts; the third
+  request is measured.
+
+After a warm-up run of every mode, the repeats go round-robin over the modes
+(one mode later each round), so drift and load hit all modes alike. Speed is
+decode tokens/s (tokens emitted / wall time from the first decode step; the
+prefill is the same for every mode). The tables show medians and ratios to
+plain; the targets of issue 10 are printed with pass/fail:
+
+- auto >= 0.98x plain on every prompt (the sampled one included);
+- auto >= 0.95x the best fixed mode of each prompt;
+- geometric mean over the suite: auto >= 1.1x the best single fixed mode
+  (the one with the best geometric mean);
+- agentic chain, third request: auto >= 3x plain;
+- verbatim copy of a long passage: auto >= 3x plain.
+
+Run it on an otherwise idle machine; on a loaded one read only the ratios.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from spec_actor import Model, RunResult, Session, Spec, load_model
+
+from _common import Rates, Target, targets_table
+
+PROMPTS = Path(__file__).resolve().parent / "prompts"
+N_CTX = 2048
+GREEDY: dict[str, Any] = {"temp": 0.0}
+SAMPLED: dict[str, Any] = {"temp": 1.0, "top_k": 40, "seed": 1234}
+NGRAM_TYPES = ("ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache")
+MODES: dict[str, Spec] = {
+    "plain": Spec("none"),
+    **{f"{t} {n}": Spec(t, n_draft=n) for t in NGRAM_TYPES for n in (8, 16)},
+    "auto": Spec("auto"),
+}
+
+
+def fixed_modes() -> tuple[str, ...]:
+    return tuple(m for m in MODES if m not in ("plain", "auto"))
+# (name, prompt file, sampling); "story sampled" reuses story.txt
+SUITE = (
+    ("copy_edit", "copy_edit.txt", GREEDY),
+    ("extract_json", "extract_json.txt", GREEDY),
+    ("qa_quote", "qa_quote.txt", GREEDY),
+    ("story", "story.txt", GREEDY),
+    ("chat", "chat.txt", GREEDY),
+    ("non_english", "non_english.txt", GREEDY),
+    ("story sampled", "story.txt", SAMPLED),
+    ("copy_long", "copy_long.txt", GREEDY),
+)
+CHAIN_EDITS = ("add a docstring", "add type hints")
+CHAIN = "agentic chain (3rd request)"
+
+
+Cell = Rates  # the measurements of one mode on one workload
+
+
+@dataclass
+class Workload:
+    name: str
+    prompts: tuple[str, ...]  # run in order on one session; the last one is measured
+    sampling: dict[str, Any]
+    cells: dict[str, Cell] = field(default_factory=dict)
+
+
+def run(model: Model, spec: Spec, work: Workload, tokens: int, threads: int | None) -> RunResult:
+    with Session(model, spec=spec, n_ctx=N_CTX, n_threads=threads) as session:
+        for prompt in work.prompts:
+            result = session.run(prompt, max_tokens=tokens, parse_special=True, **work.sampling)
+            if result.status not in ("done", "eog"):
+                raise SystemExit(f"{work.name}: run ended with {result.status}: {result.terminal}")
+    return result
+
+
+def chain_prompts(model: Model, tokens: int, threads: int | None) -> tuple[str, ...]:
+    """The agentic chain's three prompts, each built on plain greedy's previous answer."""
+    prompts = [(PROMPTS / "agent_task.txt").read_text()]
+    with Session(model, spec="none", n_ctx=N_CTX, n_threads=threads) as session:
+        for edit in CHAIN_EDITS:
+            answer = session.run(prompts[-1], max_tokens=tokens, temp=0.0).text.split("```")[0]
+            prompts.append(f"Here is the current version of the function:\n\n```python\n{answer.strip()}\n```\n\n"
+                           f"Rewrite the whole function and {edit}; keep everything else as it is.\n\n```python\n")
+    return tuple(prompts)
+
+
+def measure(model: Model, work: Workload, reps: int, tokens: int, threads: int | None) -> None:
+    work.cells = {mode: Cell() for mode in MODES}
+    for spec in MODES.values():
+        run(model, spec, work, tokens, threads)  # warm-up
+    names = list(MODES)
+    for rep in range(reps):
+        for k in range(len(names)):
+            mode = names[(rep + k) % len(names)]
+            result = run(model, MODES[mode], work, tokens, threads)
+            work.cells[mode].rates.append(result.stats.tokens_per_sec)
+            work.cells[mode].last = result
+    print(f"  {work.name}: done", file=sys.stderr)
+
+
+def geomean(values: list[float]) -> float:
+    return math.exp(sum(math.log(v) for v in values) / len(values))
+
+
+def table(works: list[Workload]) -> None:
+    print("| workload | plain tok/s | best fixed | best fixed / plain | auto / plain | auto / best fixed "
+          "| auto tokens/step | auto's drafters (accepted/drafted, share) |")
+    print("|---|---:|---|---:|---:|---:|---:|---|")
+    for w in works:
+        c = w.cells
+        plain = c["plain"].median
+        best = max(fixed_modes(), key=lambda m: c[m].median)
+        auto = c["auto"]
+        assert auto.last is not None
+        print(f"| {w.name} | {plain:.1f} | {best} | {c[best].median / plain:.2f}× | {auto.median / plain:.2f}× | "
+              f"{auto.median / c[best].median:.2f}× | {auto.last.stats.mean_accepted_per_step:.2f} | "
+              f"{auto.last.stats.drafter_summary() or 'none'} |")
+    print()
+    print("| workload | " + " | ".join(MODES) + " |")
+    print("|---|" + "---:|" * len(MODES))
+    for w in works:
+        plain = w.cells["plain"].median
+        print(f"| {w.name} | " + " | ".join(f"{w.cells[m].median / plain:.2f}" for m in MODES) + " |")
+
+
+def targets(works: list[Workload]) -> bool:
+    by_name = {w.name: w for w in works}
+    suite = [w for w in works if w.name != CHAIN]
+    checks: list[tuple[str, float, float]] = []
+    for w in suite:
+        c = w.cells
+        checks.append((f"{w.name}: auto / plain", c["auto"].median / c["plain"].median, 0.98))
+    for w in suite:
+        c = w.cells
+        best = max(fixed_modes(), key=lambda m: c[m].median)
+        checks.append((f"{w.name}: auto / best fixed ({best})", c["auto"].median / c[best].median, 0.95))
+    ratio = {m: geomean([w.cells[m].median / w.cells["plain"].median for w in suite]) for m in (*fixed_modes(), "auto")}
+    best_single = max(fixed_modes(), key=lambda m: ratio[m])
+    checks.append((f"suite geomean: auto / best single fixed ({best_single}, {ratio[best_single]:.2f}× plain)",
+                   ratio["auto"] / ratio[best_single], 1.1))
+    chain = by_name[CHAIN].cells
+    checks.append(("agentic chain, 3rd request: auto / plain", chain["auto"].median / chain["plain"].median, 3.0))
+    copy = by_name["copy_long"].cells
+    checks.append(("verbatim copy of a long passage: auto / plain", copy["auto"].median / copy["plain"].median, 3.0))
+    targets = [Target(what, value, ">=", needed, "x") for what, value, needed in checks]
+    print()
+    print(targets_table(targets).render(markdown=True))
+    return all(t.met for t in targets)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--reps", type=int, default=3, help="measured runs per mode and workload (>= 1)")
+    parser.add_argument("--tokens", type=int, default=160, help="tokens per request")
+    parser.add_argument("--threads", type=int, default=None, help="CPU threads (default: all cores)")
+    parser.add_argument("--only", nargs="*", help="run only these workloads (names as in the table)")
+    parser.add_argument("--modes", nargs="*", help="run only these modes (plain and auto are always run)")
+    parser.add_argument("--check", action="store_true", help="exit 1 if a target is not met")
+    args = parser.parse_args()
+    if args.reps < 1:
+        parser.error("--reps must be at least 1")
+    if args.modes:
+        unknown = set(args.modes) - set(MODES)
+        if unknown:
+            parser.error(f"unknown mode(s) {sorted(unknown)}; modes: {', '.join(MODES)}")
+        for mode in [m for m in MODES if m not in (*args.modes, "plain", "auto")]:
+            del MODES[mode]
+    model = load_model()
+    works = [Workload(name, ((PROMPTS / file).read_text(),), sampling) for name, file, sampling in SUITE]
+    works.append(Workload(CHAIN, chain_prompts(model, args.tokens, args.threads), GREEDY))
+    if args.only:
+        works = [w for w in works if w.name in args.only]
+    load_before = os.getloadavg()[0]
+    for w in works:
+        measure(model, w, args.reps, args.tokens, args.threads)
+    load_after = os.getloadavg()[0]
+    print(f"\nGemma 3 270M Q4_K_M, {args.tokens} tokens per request, median of {args.reps} runs after a warm-up, "
+          f"{os.cpu_count()} CPUs, load average {load_before:.2f} before and {load_after:.2f} after\n")
+    table(works)
+    ok = targets(works) if not args.only and not args.modes else True
+    return 0 if ok or not args.check else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,272 @@
+#include "auto_drafter.h"
+
+#include "spec_actor.h"
+
+#include "ggml.h"
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+
+namespace sa {
+
+namespace {
+
+struct CheapKind {
+    int32_t id;
+    const char * name;  // llama.cpp's name
+};
+constexpr CheapKind kNgramKinds[] = {
+    {SA_SPEC_NGRAM_SIMPLE, "ngram-simple"}, {SA_SPEC_NGRAM_MAP_K, "ngram-map-k"},
+    {SA_SPEC_NGRAM_MAP_K4V, "ngram-map-k4v"}, {SA_SPEC_NGRAM_MOD, "ngram-mod"},
+    {SA_SPEC_NGRAM_CACHE, "ngram-cache"},
+};
+constexpr double kCostDecay = 0.9;             // draft-time means follow about 10 calls
+constexpr uint64_t kModelExploreEvery = 32;    // the model drafter drafts at least this often
+constexpr double kBetter = 1.0001;             // a rate must beat the best by this factor
+constexpr int32_t kExploreLength = 4;          // draft length of an exploring step when plain won
+// Prior at a position past the first: the previous position's rate, with no
+// floor. With several drafters and plain steps to fall back on, a drafter
+// whose first tokens are seldom right should not be trusted for long drafts.
+constexpr double kLaterFloor = 0.0;
+// The memory's arms by match length: the shortest match each takes, and its
+// prior past the first position (a long verbatim match tends to go on).
+struct MemoryBucket {
+    int32_t min_match;
+    double later_floor;
+};
+constexpr MemoryBucket kMemoryBuckets[] = {{0, 0.0}, {8, 0.5}, {24, 0.8}};
+
+int32_t common_prefix(const llama_tokens & a, const llama_tokens & b) {
+    const size_t n = std::min(a.size(), b.size());
+    size_t i = 0;
+    while (i < n && a[i] == b[i]) ++i;
+    return (int32_t) i;
+}
+
+}  // namespace
+
+AutoDrafter::~AutoDrafter() { free_arms(); }
+
+void AutoDrafter::free_arms() {
+    for (Arm & arm : cheap_) common_speculative_free(arm.spec);  // null for the memory arm
+    cheap_.clear();
+}
+
+void AutoDrafter::make_arms() {
+    free_arms();
+    common_params_speculative p = base_;
+    for (const CheapKind & kind : kNgramKinds) {
+        p.types = {common_speculative_type_from_name(kind.name)};
+        Arm arm;
+        arm.id = kind.id;
+        arm.spec = common_speculative_init(p, 1);
+        if (arm.spec == nullptr) throw std::runtime_error(std::string("could not initialise ") + kind.name);
+        arm.accept.reset(n_cap_, kLaterFloor);
+        cheap_.push_back(std::move(arm));
+    }
+    for (const MemoryBucket & bucket : kMemoryBuckets) {
+        Arm mem;
+        mem.id = SA_DRAFTER_MEMORY;
+        mem.min_match = bucket.min_match;
+        mem.accept.reset(n_cap_, bucket.later_floor);
+        cheap_.push_back(std::move(mem));
+    }
+}
+
+void AutoDrafter::init(common_params_speculative base, common_speculative * model, int32_t model_id,
+                       int32_t model_n_max, TokenMemory * memory) {
+    n_cap_ = base.draft.n_max;
+    base.draft.ctx_dft = nullptr;
+    base_ = base;
+    memory_ = memory;
+    make_arms();
+    model_ = model;
+    model_id_ = model ? model_id : -1;
+    model_n_max_ = model ? std::min(model_n_max, n_cap_) : 0;
+    model_arm_ = Arm{};
+    model_arm_.id = model_id_;
+    model_arm_.spec = model;
+    model_arm_.accept.reset(model_n_max_, kLaterFloor);
+    verify_.reset();
+}
+
+void AutoDrafter::begin(const llama_tokens & prompt_tgt, const int32_t * prompt, int32_t n_prompt, bool fresh) {
+    if (fresh) {
+        make_arms();
+        model_arm_.accept.reset(model_n_max_, kLaterFloor);
+        verify_.reset();
+    }
+    for (Arm & arm : cheap_) {
+        if (arm.spec) common_speculative_begin(arm.spec, 0, prompt_tgt);
+        arm.proposed = false;
+    }
+    memory_->begin_sequence();
+    memory_->append(prompt, (size_t) n_prompt);
+    pending_ = false;
+    chosen_ = 0;
+}
+
+double AutoDrafter::cheap_cost() const {
+    double sum = 0;
+    for (const Arm & arm : cheap_) sum += arm.cost_us;
+    return sum;
+}
+
+void AutoDrafter::note_cost(Arm & arm, int64_t t0) {
+    const double dt = (double) (ggml_time_us() - t0);
+    arm.cost_us = arm.costed ? kCostDecay * arm.cost_us + (1.0 - kCostDecay) * dt : dt;
+    arm.costed = true;
+}
+
+void AutoDrafter::draft_with(Arm & arm, int32_t n_max, llama_pos n_past, llama_token id_last,
+                             const llama_tokens & prompt_tgt) {
+    arm.proposal.clear();
+    const int64_t t0 = ggml_time_us();
+    common_speculative_get_draft_params(arm.spec, 0) = {
+        /* .drafting = */ true,
+        /* .n_max    = */ n_max,
+        /* .pos0     = */ n_past,
+        /* .id_last  = */ id_last,
+        /* .prompt   = */ &prompt_tgt,
+        /* .result   = */ &arm.proposal,
+    };
+    common_speculative_draft(arm.spec);
+    note_cost(arm, t0);
+    if ((int32_t) arm.proposal.size() > n_max) arm.proposal.resize((size_t) n_max);
+    arm.proposed = !arm.proposal.empty();
+    if (arm.proposed && arm.spec == model_) model_drafted_ = true;
+}
+
+void AutoDrafter::propose_from_memory(int32_t n_max) {
+    // one lookup; the proposal goes to the arm of its match length
+    Arm * last = nullptr;
+    for (Arm & arm : cheap_) {
+        if (arm.id != SA_DRAFTER_MEMORY) continue;
+        arm.proposal.clear();
+        arm.proposed = false;
+        last = &arm;
+    }
+    const int64_t t0 = ggml_time_us();
+    int32_t match = 0;
+    memory_->propose(n_max, proposal_, &match);
+    Arm * target = nullptr;
+    for (Arm & arm : cheap_) {
+        if (arm.id == SA_DRAFTER_MEMORY && match >= arm.min_match) target = &arm;
+    }
+    note_cost(*last, t0);  // the lookup's cost, counted once
+    if (target == nullptr || proposal_.empty()) return;
+    target->proposal.swap(proposal_);
+    target->proposed = true;
+}
+
+void AutoDrafter::draft(int32_t n_max, llama_pos n_past, llama_token id_last, const llama_tokens & prompt_tgt,
+                        llama_tokens & draft) {
+    draft.clear();
+    chosen_ = 0;
+    pending_ = true;
+    ++steps_;
+    n_max = std::min(n_max, n_cap_);
+    if (n_max <= 0) return;
+    for (Arm & arm : cheap_) {
+        if (arm.id != SA_DRAFTER_MEMORY) draft_with(arm, n_max, n_past, id_last, prompt_tgt);
+    }
+    propose_from_memory(n_max);
+
+    // Until a step was timed, costs are in the cost line's relative units:
+    // leave draft times out of them.
+    const bool timed = verify_.measured();
+    const double d_cheap = timed ? cheap_cost() : 0.0;
+    const double s = timed ? sample_us_ : 0.0;
+    // tokens per unit of time of a step that drafts n tokens
+    auto rate_of = [&](double expected, int32_t n, double d) { return expected / (verify_.at(n) + d + s * expected); };
+    double best_rate = rate_of(1.0, 0, d_cheap);
+    Arm * best = nullptr;
+    int32_t best_n = 0;
+    for (Arm & arm : cheap_) {
+        if (!arm.proposed) continue;
+        arm.accept.expected(expected_);
+        for (int32_t n = 1; n <= (int32_t) arm.proposal.size(); ++n) {
+            const double rate = rate_of(expected_[(size_t) n], n, d_cheap);
+            if (rate > best_rate * kBetter) {
+                best_rate = rate;
+                best = &arm;
+                best_n = n;
+            }
+        }
+    }
+    if (steps_ % kExploreEvery == 0) explore(best, best_n);
+
+    if (model_ != nullptr) {
+        const int32_t n_m = std::min(model_n_max_, n_max);
+        model_arm_.accept.expected(expected_);
+        const double d_m = timed && model_arm_.costed ? model_arm_.cost_us : 0.0;
+        const double rate_m = rate_of(expected_[(size_t) n_m], n_m, d_cheap + d_m);
+        if (rate_m > best_rate * kBetter || steps_ - last_model_step_ >= kModelExploreEvery) {
+            last_model_step_ = steps_;
+            draft_with(model_arm_, n_m, n_past, id_last, prompt_tgt);
+            if (model_arm_.proposed) {
+                draft = model_arm_.proposal;
+                chosen_ = model_id_;
+                return;
+            }
+        }
+    }
+    if (best != nullptr) {
+        draft.assign(best->proposal.begin(), best->proposal.begin() + best_n);
+        chosen_ = best->id;
+    }
+}
+
+void AutoDrafter::explore(Arm *& best, int32_t & best_n) {
+    if (best != nullptr) {
+        // a token past the best length, so later positions keep being measured
+        if (best_n < (int32_t) best->proposal.size()) ++best_n;
+        return;
+    }
+    // Plain won, but a proposal expected to pay twice over stands: verify
+    // kExploreLength tokens of it, so the cost of drafting stays measured (a
+    // cost line that plain steps alone feed never learns that drafting got
+    // cheaper).
+    for (Arm & arm : cheap_) {
+        if (!arm.proposed) continue;
+        arm.accept.expected(expected_);
+        const int32_t n = std::min(kExploreLength, (int32_t) arm.proposal.size());
+        if (expected_[(size_t) n] >= 2.0 && (best == nullptr || n > best_n)) {
+            best = &arm;
+            best_n = n;
+        }
+    }
+}
+
+void AutoDrafter::observe(const llama_tokens & ids, int32_t n_verified, int64_t t_verify_us, int64_t t_sample_us,
+                          bool committed) {
+    if (pending_) {
+        pending_ = false;
+        verify_.observe(n_verified, t_verify_us);
+        const double per_token = (double) t_sample_us / (double) std::max<size_t>(ids.size(), 1);
+        sample_us_ = verify_.measured() && sample_us_ > 0 ? kCostDecay * sample_us_ + (1.0 - kCostDecay) * per_token
+                                                          : per_token;
+        // Every proposal learns how much of it the target's tokens confirm:
+        // positions up to ids.size() are known, later ones are not.
+        auto learn = [&](Arm & arm) {
+            if (!arm.proposed) return;
+            arm.proposed = false;
+            const int32_t m = common_prefix(arm.proposal, ids);
+            arm.accept.observe(std::min((int32_t) arm.proposal.size(), (int32_t) ids.size()), m);
+            if (arm.spec != nullptr && arm.spec != model_) common_speculative_accept(arm.spec, 0, (uint16_t) m);
+        };
+        for (Arm & arm : cheap_) learn(arm);
+        learn(model_arm_);
+    }
+    if (!committed) return;
+    // The model drafter picks its next hidden state from the verified batch
+    // by the accepted count, whoever drafted (llama.cpp asserts that a
+    // drafter accepts only after it drafted once).
+    if (model_ != nullptr && model_drafted_) {
+        common_speculative_accept(model_, 0, (uint16_t) std::max((int32_t) ids.size() - 1, 0));
+    }
+    memory_->append(ids.data(), ids.size());
+}
+
+}  // namespace sa

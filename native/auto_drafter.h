@@ -1,0 +1,118 @@
+// Spec("auto"): for each step, choose the drafter and the draft length online
+// (docs/decisions/0024).
+//
+// Arms: "no draft" (always), each n-gram kind through its own
+// common_speculative, the cross-request memory (token_memory.h), and the
+// model drafter when the session has one (MTP, a draft model, EAGLE-3).
+// The cheap drafters (n-gram kinds and memory) all propose every step; each
+// proposal is scored with its drafter's acceptance per position and the
+// measured cost of verifying that many tokens (adaptive.h), the best one is
+// verified. The memory's acceptance is learned per length of the match its
+// proposal follows (short, medium, long): a long match is strong evidence,
+// whatever short matches did before. After verification the target's tokens are known, so every
+// cheap proposal learns how much of it would have been accepted: the
+// drafters that were not chosen keep being measured at no cost. The model
+// drafter costs forward passes; it drafts only when its expected rate beats
+// the best cheap proposal, and now and then to stay measured.
+#pragma once
+
+#include "adaptive.h"
+#include "token_memory.h"
+
+#include "common.h"
+#include "speculative.h"
+
+#include <array>
+#include <cstdint>
+#include <vector>
+
+namespace sa {
+
+class Stats;
+
+class AutoDrafter {
+public:
+    AutoDrafter() = default;
+    AutoDrafter(const AutoDrafter &) = delete;
+    AutoDrafter & operator=(const AutoDrafter &) = delete;
+    ~AutoDrafter();
+
+    // Creates the n-gram drafters from base (its types are replaced per kind;
+    // draft.n_max is the ceiling). model: the session's model drafter or
+    // null, with its drafter id (sa_spec_type) and the length it drafts.
+    // Throws what common_speculative_init throws.
+    void init(common_params_speculative base, common_speculative * model, int32_t model_id,
+              int32_t model_n_max, TokenMemory * memory);
+
+    // Start of a run: prompt_tgt (the prompt without its last token) and the
+    // whole prompt. fresh: keep nothing from earlier runs (forget() or a
+    // memory of 0 tokens): the n-gram drafters' tables (ngram-mod and
+    // ngram-cache keep theirs across runs) and what was learned about each
+    // drafter start over too.
+    void begin(const llama_tokens & prompt_tgt, const int32_t * prompt, int32_t n_prompt, bool fresh);
+
+    // Drafts for the step that verifies after id_last at position n_past;
+    // at most n_max tokens (0: a plain step). Fills draft (empty: plain).
+    void draft(int32_t n_max, llama_pos n_past, llama_token id_last, const llama_tokens & prompt_tgt,
+               llama_tokens & draft);
+
+    // The step's outcome: ids, the target's tokens (accepted drafts and the
+    // sampled one); n_verified, the draft length verified; the times to
+    // verify it and to sample ids (sampling stops at the first rejected
+    // position: it costs per token made, like plain decoding's, not per
+    // token drafted). When committed is false (a rollback re-verifies ids
+    // next step) the tokens are not yet part of the context.
+    void observe(const llama_tokens & ids, int32_t n_verified, int64_t t_verify_us, int64_t t_sample_us,
+                 bool committed);
+
+    // Tests: fixes the step cost (StepCost::fix) for the rest of the session.
+    void fix_step_cost(double plain_us, double intercept_us, double slope_us) {
+        verify_.fix(plain_us, intercept_us, slope_us);
+    }
+
+    // Drafter id (sa_drafter) of the last draft() call.
+    int32_t active() const { return chosen_; }
+    // Whether the last draft() call drafted with the model drafter.
+    bool used_model() const { return chosen_ == model_id_ && model_ != nullptr; }
+
+private:
+    struct Arm {
+        int32_t id = 0;                      // sa_drafter
+        common_speculative * spec = nullptr; // n-gram arms own theirs; the model arm's is the session's
+        PositionAcceptance accept;
+        double cost_us = 0;                  // decayed mean draft time per call
+        bool costed = false;
+        llama_tokens proposal;
+        bool proposed = false;               // proposal made this step (accept() owed)
+        int32_t min_match = 0;               // memory arms: the shortest match they take
+    };
+
+    common_params_speculative base_;
+    std::vector<Arm> cheap_;
+    Arm model_arm_;
+    common_speculative * model_ = nullptr;
+    int32_t model_id_ = -1;
+    int32_t model_n_max_ = 0;
+    int32_t n_cap_ = 0;
+    TokenMemory * memory_ = nullptr;
+    StepCost verify_;
+    double sample_us_ = 0;  // decayed mean sampling time per token made
+    std::vector<double> expected_;
+    llama_tokens proposal_;  // the memory's, before it goes to its arm
+    uint64_t steps_ = 0;
+    uint64_t last_model_step_ = 0;
+    int32_t chosen_ = 0;
+    bool model_drafted_ = false;  // the model drafter has drafted once (it may accept)
+    bool pending_ = false;  // draft() ran and observe() has not yet
+
+    void propose_from_memory(int32_t n_max);
+    void note_cost(Arm & arm, int64_t t0);
+    void explore(Arm *& best, int32_t & best_n);
+    void draft_with(Arm & arm, int32_t n_max, llama_pos n_past, llama_token id_last,
+                    const llama_tokens & prompt_tgt);
+    double cheap_cost() const;
+    void make_arms();
+    void free_arms();
+};
+
+}  // namespace sa

@@ -1,0 +1,107 @@
+// Spec("auto") on a session: which model drafter it may use, its chooser,
+// the cross-request memory's C ABI, and its print_stats summary.
+#include "session.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <string>
+
+// llama.cpp's own (src/llama-ext.h, exported but not installed): the target
+// layers an EAGLE-3 / DFlash drafter reads.
+uint32_t llama_model_target_layer_ids_n(const struct llama_model * model);
+
+namespace sa {
+
+namespace {
+
+// Tokens auto's model drafter drafts per step (a forward pass of the drafter each).
+constexpr int32_t kAutoModelDraft = 3;
+
+// The model drafter auto may use, as a fixed type (SA_SPEC_NONE: none): the
+// draft model given (EAGLE-3 or DFlash when it names target layers), else
+// the model's own MTP layers when it was loaded with them.
+int32_t auto_model_drafter(const sa_session & s) {
+    if (s.draft_model != nullptr) {
+        const uint32_t n_ids = llama_model_target_layer_ids_n(s.draft_model->model);
+        return n_ids == 3 ? SA_SPEC_DRAFT_EAGLE3 : n_ids > 0 ? SA_SPEC_DRAFT_DFLASH : SA_SPEC_DRAFT_SIMPLE;
+    }
+    if (s.model->load_mtp && llama_model_n_layer_nextn(s.model->model) > 0) return SA_SPEC_DRAFT_MTP;
+    return SA_SPEC_NONE;
+}
+
+}  // namespace
+
+void resolve_auto(sa_session & s) {
+    if (s.sparams.type != SA_SPEC_AUTO) return;
+    s.auto_n_cap = s.sparams.n_draft;
+    s.sparams.type = auto_model_drafter(s);
+    s.sparams.n_draft = std::min(kAutoModelDraft, s.auto_n_cap);
+    s.sparams.n_min = 0;
+    s.sparams.adaptive = 0;
+}
+
+sa_status create_auto_drafter(sa_session & s) {
+    common_params_speculative ps = make_spec_params(s);
+    ps.draft.n_max = s.auto_n_cap;
+    ps.draft.n_min = 0;
+    ps.ngram_mod.n_max = std::min(s.sparams.ngram_mod_n_max, s.auto_n_cap);
+    ps.ngram_mod.n_min = std::min(s.sparams.ngram_mod_n_min, ps.ngram_mod.n_max);
+    s.autod = std::make_unique<AutoDrafter>();
+    try {
+        s.autod->init(ps, s.spec, s.sparams.type, s.sparams.n_draft, &s.memory);
+    } catch (const std::exception & e) {
+        return fail(SA_ERR_SPEC, std::string("auto drafting setup failed: ") + e.what());
+    }
+    return SA_OK;
+}
+
+void print_auto_stats(const sa_session & s) {
+    sa_stats snap;
+    s.stats.read(0, &snap);
+    std::fprintf(stderr, "speculative decoding: auto, memory %lld tokens (drafter: steps, drafted, accepted)\n",
+                 (long long) s.memory_tokens.load());
+    for (int32_t d = 0; d < SA_N_DRAFTERS; ++d) {
+        if (snap.drafter_steps[d] == 0) continue;
+        std::fprintf(stderr, "  %-14s %8llu %8llu %8llu\n", sa_drafter_name(d), (unsigned long long) snap.drafter_steps[d],
+                     (unsigned long long) snap.drafter_drafted[d], (unsigned long long) snap.drafter_accepted[d]);
+    }
+    if (s.spec) common_speculative_print_stats(s.spec);
+}
+
+}  // namespace sa
+
+using namespace sa;
+
+extern "C" {
+
+sa_status sa_session_set_memory(sa_session * s, int64_t capacity_tokens) {
+    if (s == nullptr) return fail(SA_ERR_INVALID_ARG, "sa_session_set_memory: null session");
+    if (capacity_tokens < 0 || capacity_tokens > ((int64_t) 1 << 30)) {
+        return fail(SA_ERR_INVALID_ARG, "memory=" + std::to_string(capacity_tokens) + " is out of range: 0..2^30 tokens");
+    }
+    s->memory_capacity.store(capacity_tokens);
+    return SA_OK;
+}
+
+void sa_session_forget(sa_session * s) {
+    if (s) s->forget.store(true);
+}
+
+void sa_session_memory_usage(const sa_session * s, int64_t * tokens, int64_t * bytes) {
+    if (s == nullptr) return;
+    if (tokens) *tokens = s->memory_tokens.load();
+    if (bytes) *bytes = s->memory_bytes.load();
+}
+
+const char * sa_drafter_name(int32_t drafter) {
+    // built once: the names of the spec types that draft, and the memory
+    static const std::vector<std::string> names = [] {
+        std::vector<std::string> n(SA_N_DRAFTERS);
+        for (int32_t d = SA_SPEC_NONE; d <= SA_SPEC_NGRAM_CACHE; ++d) n[(size_t) d] = spec_type_name(d);
+        n[SA_DRAFTER_MEMORY] = "memory";
+        return n;
+    }();
+    return drafter >= 0 && drafter < SA_N_DRAFTERS ? names[(size_t) drafter].c_str() : "";
+}
+
+}  // extern "C"

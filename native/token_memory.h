@@ -1,0 +1,65 @@
+// Cross-request memory: a bounded index over the token sequences of earlier
+// prompts and outputs (and the current request), proposing how the current
+// context continues. The idea is SuffixDecoding's (NeurIPS 2025): find the
+// longest earlier occurrence of the context's tail and speculate as far as
+// the match justifies (docs/decisions/0023).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace sa {
+
+class TokenMemory {
+public:
+    // capacity: tokens kept from earlier requests (0: none; the current
+    // request is always indexed, whatever its length).
+    explicit TokenMemory(size_t capacity = 0);
+
+    void set_capacity(size_t capacity);
+    size_t capacity() const { return capacity_; }
+
+    // Starts the sequence of a new request; earlier ones become evictable
+    // (all of them when the capacity is 0).
+    void begin_sequence();
+
+    // Appends tokens to the current sequence.
+    void append(const int32_t * tokens, size_t n);
+
+    // Proposes up to n_max tokens that followed the longest earlier match of
+    // the current sequence's tail (the most recent one on ties). *match_len
+    // receives the length of that match (0: no proposal). The proposal is cut
+    // to kLengthPerMatch tokens per matched token, so short, chance matches
+    // propose little.
+    void propose(int32_t n_max, std::vector<int32_t> & out, int32_t * match_len) const;
+
+    // Forgets every sequence, the current one included.
+    void clear();
+
+    size_t size_tokens() const { return tokens_.size(); }
+    // Bytes held (token store, chain links, hash heads, sequence starts).
+    size_t bytes() const;
+
+    static constexpr int32_t kKey = 3;             // tokens hashed to find candidates
+    static constexpr int32_t kMaxMatch = 64;       // longest tail compared
+    static constexpr int32_t kLengthPerMatch = 2;  // proposal tokens per matched token
+    static constexpr int32_t kMaxCandidates = 32;  // chain entries visited per proposal
+
+private:
+    size_t capacity_;
+    std::vector<int32_t> tokens_;
+    // prev_[i]: the previous position whose kKey tokens ending there hash
+    // like those ending at i (-1: none); heads_: the latest such position.
+    std::vector<int32_t> prev_;
+    std::vector<int32_t> heads_;
+    std::vector<size_t> starts_;  // where each kept sequence starts, ascending
+
+    size_t head_slot(size_t end) const;
+    void index(size_t end);
+    void evict();
+    void rebuild();
+    size_t sequence_end(size_t pos) const;
+};
+
+}  // namespace sa
