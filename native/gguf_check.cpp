@@ -15,6 +15,9 @@ namespace {
 
 constexpr int64_t kMaxLayers = 512;    // LLAMA_MAX_LAYERS (src/llama-hparams.h)
 constexpr int64_t kMaxExperts = 1024;  // LLAMA_MAX_EXPERTS
+// The last llama_expert_gating_func_type (src/llama-hparams.h): the MoE graph
+// aborts on any other value the first time it is built (llm_graph_context::build_moe_ffn).
+constexpr int64_t kMaxGatingFunc = 4;  // LLAMA_EXPERT_GATING_FUNC_TYPE_SQRT_SOFTPLUS
 
 using GgufPtr = std::unique_ptr<gguf_context, decltype(&gguf_free)>;
 
@@ -114,6 +117,11 @@ sa_status check_counts(const Meta & m, const std::string & path) {
     if (groups < 0 || groups >= experts) {
         return bad(path, value_of(m, "expert_group_count", groups) + "; it must be below expert_count (" +
                    std::to_string(experts) + ")");
+    }
+    const int64_t gating = m.max_of("expert_gating_func").value_or(0);
+    if (gating < 0 || gating > kMaxGatingFunc) {
+        return bad(path, value_of(m, "expert_gating_func", gating) + "; llama.cpp knows gating functions 0 to " +
+                   std::to_string(kMaxGatingFunc));
     }
     if (groups > 1 && (experts % groups != 0 || group_used < 1 || group_used >= groups)) {
         return bad(path, "expert groups do not divide the experts: expert_count " + std::to_string(experts) +
