@@ -27,7 +27,8 @@ _fresh: dict[tuple[Any, ...], str] = {}
 
 
 async def fresh_greedy(model: Model, prompt: str, max_tokens: int, **ctx: Any) -> str:
-    """Greedy output of a freshly opened actor (cached per arguments)."""
+    """Plain greedy output of a freshly opened actor (cached per arguments; spec "none" unless given)."""
+    ctx.setdefault("spec", "none")
     key = (id(model), prompt, max_tokens, tuple(sorted(ctx.items())))
     if key not in _fresh:
         async with open_actor(model, **ctx) as actor:

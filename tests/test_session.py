@@ -111,7 +111,7 @@ def long_prompt(gemma, n_tokens: int) -> list[int]:
 def test_cancel_during_long_prefill_stops_it_and_session_stays_usable(gemma):
     # how fast the cancel lands is a latency target: bench/, not here
     prompt = long_prompt(gemma, 3000)
-    with Session(gemma, n_ctx=4096) as session:
+    with Session(gemma, spec="none", n_ctx=4096) as session:
         outcome: dict[str, object] = {}
 
         def work():
@@ -129,7 +129,7 @@ def test_cancel_during_long_prefill_stops_it_and_session_stays_usable(gemma):
         assert not worker.is_alive()
         assert outcome["result"].status == "cancelled" and outcome["result"].tokens == ()
         after = greedy(session, PROMPT)
-    with Session(gemma, n_ctx=4096) as fresh:
+    with Session(gemma, spec="none", n_ctx=4096) as fresh:
         assert after.tokens == greedy(fresh, PROMPT).tokens
 
 

@@ -11,7 +11,7 @@ from spec_actor._actor import open_actor
 
 
 async def test_stop_string_ends_the_output_before_it(gemma):
-    async with open_actor(gemma, n_ctx=256) as actor:
+    async with open_actor(gemma, spec="none", n_ctx=256) as actor:
         full = await actor.generate(STORY, max_tokens=40)
         stop = full[len(full) // 2: len(full) // 2 + 3]
         expected = full[: full.index(stop)]
@@ -30,7 +30,7 @@ async def test_stop_string_ends_the_output_before_it(gemma):
 
 async def test_timeout_without_events_fails_the_request_and_cancels_it(gemma):
     prompt = long_prompt(gemma, 3000)
-    async with open_actor(gemma, n_ctx=4096) as actor:
+    async with open_actor(gemma, spec="none", n_ctx=4096) as actor:
         evs = [ev async for ev in actor.stream_events(prompt, max_tokens=4, timeout=0.1)]
         assert isinstance(evs[-1], Error) and "timed out" in evs[-1].reason
         assert not actor.busy and not actor.session.last_stats().running
@@ -41,7 +41,7 @@ async def test_timeout_without_events_fails_the_request_and_cancels_it(gemma):
 
 
 async def test_close_without_waiting_and_aclose_are_idempotent(gemma):
-    async with open_actor(gemma, n_ctx=256) as actor:
+    async with open_actor(gemma, spec="none", n_ctx=256) as actor:
         stream = actor.stream(STORY, max_tokens=200)
         await stream.__anext__()
         stream.close()
@@ -58,7 +58,7 @@ async def test_close_without_waiting_and_aclose_are_idempotent(gemma):
 
 
 async def test_queued_request_cancelled_leaves_the_queue(gemma):
-    async with open_actor(gemma, n_ctx=256) as actor:
+    async with open_actor(gemma, spec="none", n_ctx=256) as actor:
         async with actor.stream(STORY, max_tokens=100) as running:
             await running.__anext__()
             with trio.CancelScope() as scope:
@@ -71,7 +71,7 @@ async def test_queued_request_cancelled_leaves_the_queue(gemma):
 
 
 async def test_a_run_cancelled_from_outside_its_stream_ends_with_error(gemma):
-    async with open_actor(gemma, n_ctx=256) as actor:
+    async with open_actor(gemma, spec="none", n_ctx=256) as actor:
         async with actor.stream_events(STORY, max_tokens=200) as events:
             got = [await events.__anext__()]
             actor.session.cancel()  # not through the stream
