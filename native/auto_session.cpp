@@ -21,6 +21,12 @@ constexpr int32_t kAutoModelDraft = 3;
 // draft model given (EAGLE-3 or DFlash when it names target layers), else
 // the model's own MTP layers when it was loaded with them.
 int32_t auto_model_drafter(const sa_session & s) {
+    // A target whose memory cannot drop a partial sequence (recurrent or
+    // hybrid) restores checkpoints after a partial acceptance; a model
+    // drafter next to the n-gram arms there failed to decode ("failed to
+    // initialize batch"), so auto drafts with the n-gram arms and the memory
+    // only. Spec("draft-mtp") and the fixed draft types still work there.
+    if (llama_model_is_recurrent(s.model->model) || llama_model_is_hybrid(s.model->model)) return SA_SPEC_NONE;
     if (s.draft_model != nullptr) {
         const uint32_t n_ids = llama_model_target_layer_ids_n(s.draft_model->model);
         return n_ids == 3 ? SA_SPEC_DRAFT_EAGLE3 : n_ids > 0 ? SA_SPEC_DRAFT_DFLASH : SA_SPEC_DRAFT_SIMPLE;

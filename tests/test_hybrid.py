@@ -52,7 +52,7 @@ SPECS = {"mtp": Spec("mtp", n_draft=3), **{t: ngram_spec(t) for t in NGRAM_TYPES
 @pytest.fixture(scope="module")
 def plain_tokens(hybrid_model) -> tuple[int, ...]:
     """Plain greedy decoding of PROMPT: the reference every speculative run must equal."""
-    with Session(hybrid_model, n_ctx=N_CTX, **CTX) as session:
+    with Session(hybrid_model, n_ctx=N_CTX, spec="none", **CTX) as session:
         result = session.run(PROMPT, max_tokens=N, temp=0.0)
     assert result.status == "done" and len(result.tokens) == N
     assert len(set(result.tokens)) > 8, "the model's greedy path is degenerate"
@@ -91,6 +91,19 @@ def test_hybrid_recurrent_block_shapes_the_output(hybrid_model, tiny_paths, plai
         tokens = session.run(PROMPT, max_tokens=N, temp=0.0).tokens
     differing = sum(a != b for a, b in zip(tokens, plain_tokens))
     assert differing > N // 2, f"only {differing} of {N} tokens depend on the recurrent block"
+
+
+def test_hybrid_auto_greedy_equals_plain_greedy(hybrid_model, plain_tokens):
+    # auto, the default, on the hybrid model loaded with its NextN layers: it
+    # once failed to decode here ("failed to initialize batch"); it now drafts
+    # with the n-gram arms and the memory only, and rolls back like them
+    with Session(hybrid_model, n_ctx=N_CTX, **CTX) as session:
+        first = session.run(PROMPT, max_tokens=N, temp=0.0)
+        again = session.run(PROMPT, max_tokens=N, temp=0.0)
+    assert (first.status, again.status) == ("done", "done"), (first.terminal, again.terminal)
+    assert first.tokens == plain_tokens and again.tokens == plain_tokens
+    assert again.stats.drafts_accepted > 0, again.stats.summary()
+    assert "draft-mtp" not in {d.name for d in first.stats.drafters}
 
 
 @pytest.mark.parametrize("n_draft", [1, 3, 6])
