@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 from typing import Any, NoReturn, Protocol
 
+from .._errors import ConfigError
 from .._model import Model, load_model
 from .._spec import DRAFT_MODEL_TYPES, OPTIONAL_DRAFT_MODEL_TYPES, SA_MAX_DRAFT_POS, Spec, canonical_type
 
@@ -128,6 +129,14 @@ def make_spec(type_: str, n_draft: int | str | None, draft_model: str | None,
                        f"not by {name}", exit_code=2)
     draft = _existing(draft_model, "draft model") if draft_model is not None else None
     return Spec(name, n_draft=n_draft, draft_model=draft, **dict(params))
+
+
+def spec_from_options(type_: str, args: argparse.Namespace) -> Spec:
+    """The --spec/--n-draft/--draft-model/--spec-param options as a Spec of type_; bad values exit 2."""
+    try:
+        return make_spec(type_, args.n_draft, args.draft_model, args.spec_param)
+    except ConfigError as exc:
+        raise CliError(f"argument --spec: {exc.message}", exit_code=2) from None
 
 
 def _existing(path: str | None, what: str) -> str | None:

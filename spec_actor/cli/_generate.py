@@ -23,7 +23,7 @@ from .._spec import DEFAULT_SPEC, SPEC_TYPES, Spec
 from .._stats import StatsSnapshot
 from ..streams import EventStream
 from ._common import (CliError, Subcommands, add_draft_options, add_engine_options, add_model_options,
-                      auto_n_ctx, make_spec, n_draft_arg, one_line, open_model, positive_int)
+                      auto_n_ctx, n_draft_arg, one_line, open_model, positive_int, spec_from_options)
 from ._interrupts import Interrupts
 from ._status import NoStatus, make_display
 
@@ -69,10 +69,7 @@ def add_parser(sub: Subcommands) -> None:
 def run(args: argparse.Namespace) -> int:
     prompt = _read_prompt(args.prompt)
     spec_type = args.spec or DEFAULT_SPEC  # auto; it drafts with --draft-model too
-    try:
-        spec = make_spec(spec_type, args.n_draft, args.draft_model, args.spec_param)
-    except ConfigError as exc:
-        raise CliError(f"argument --spec: {exc.message}", exit_code=2) from None
+    spec = spec_from_options(spec_type, args)
     sampling = _sampling(args)
     model = open_model(args, mtp=spec.is_mtp)
     messages = _messages(args, prompt)

@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 import argparse
-import inspect
 import os
 import signal
 import sys
 
-from .._errors import ConfigError
 from .._pool import open_pool
-from .._spec import SPEC_TYPES, Spec
-from ._common import (CliError, Subcommands, add_draft_options, add_model_options, make_spec, n_draft_arg,
-                      open_model, positive_int)
+from .._spec import DEFAULT_SPEC, SPEC_TYPES, Spec
+from ._common import (CliError, Subcommands, add_draft_options, add_model_options, n_draft_arg,
+                      open_model, positive_int, spec_from_options)
 
 DEFAULT_PORT = 8080
 
@@ -28,7 +26,7 @@ def add_parser(sub: Subcommands) -> None:
     add_model_options(p)
     p.add_argument("-s", "--spec", default=None, metavar="TYPE",
                    help=f"speculative type: {', '.join(SPEC_TYPES)} or an alias (default: the library's "
-                        f"default, {_default_spec_type()!r}; draft-simple with --draft-model)")
+                        f"default, {DEFAULT_SPEC!r}; draft-simple with --draft-model)")
     p.add_argument("-d", "--n-draft", type=n_draft_arg, metavar="N|auto",
                    help="most tokens drafted per step, or auto (default: the type's)")
     add_draft_options(p)
@@ -43,7 +41,7 @@ def add_parser(sub: Subcommands) -> None:
     p.add_argument("-c", "--n-ctx", type=positive_int, default=4096, metavar="N",
                    help="context size of each actor in tokens (default: 4096)")
     p.add_argument("-t", "--threads", type=positive_int, metavar="N",
-                   help="CPU threads of each actor (default: the cores divided by --pool)")
+                   help="CPU threads of each actor (default: the CPUs, shared by the actors generating at once)")
     p.add_argument("--max-queue", type=positive_int, default=16, metavar="N",
                    help="requests that may wait per actor before the server answers 429 (default: 16)")
     p.add_argument("--max-body", type=positive_int, default=1 << 20, metavar="BYTES",
@@ -51,15 +49,6 @@ def add_parser(sub: Subcommands) -> None:
     p.add_argument("--model-name", metavar="NAME",
                    help="the model id clients see (default: the GGUF file name without .gguf)")
     p.set_defaults(handler=run)
-
-
-def _default_spec() -> Spec | str:
-    return inspect.signature(open_pool).parameters["spec"].default
-
-
-def _default_spec_type() -> str:
-    default = _default_spec()
-    return default if isinstance(default, str) else default.type
 
 
 def run(args: argparse.Namespace) -> int:
@@ -100,11 +89,7 @@ def _spec(args: argparse.Namespace) -> Spec | None:
     """The --spec options as a Spec; None for the library's default."""
     if args.spec is None and args.draft_model is None and args.n_draft is None and not args.spec_param:
         return None
-    spec_type = args.spec or ("draft-simple" if args.draft_model else _default_spec_type())
-    try:
-        return make_spec(spec_type, args.n_draft, args.draft_model, args.spec_param)
-    except ConfigError as exc:
-        raise CliError(f"argument --spec: {exc.message}", exit_code=2) from None
+    return spec_from_options(args.spec or ("draft-simple" if args.draft_model else DEFAULT_SPEC), args)
 
 
 def _env_key() -> str | None:
