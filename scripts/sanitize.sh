@@ -31,6 +31,9 @@ ROOT=$PWD
 VENV=${SANITIZE_VENV:-$ROOT/build/sanitize-venv}
 LOGS=${SANITIZE_LOGS:-$ROOT/build/sanitize-logs}
 SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -g1"
+# -O1 (what ASan's documentation recommends) instead of the Release build's
+# -O3: under UBSan, -O3 took 2-10 minutes per llama.cpp file on 2 cores.
+SAN_OPT="-O1 -DNDEBUG"
 SAN_LINK="-fsanitize=address,undefined"
 BUILD_ONLY=0 SHIM_ONLY=0
 while [ $# -gt 0 ]; do
@@ -55,6 +58,7 @@ if [ $SHIM_ONLY -eq 1 ]; then
 else
     echo "[sanitize] building (llama.cpp is cached after the first time) ..." >&2
     export CMAKE_ARGS="-DCMAKE_C_FLAGS='$SAN' -DCMAKE_CXX_FLAGS='$SAN' \
+-DCMAKE_C_FLAGS_RELEASE='$SAN_OPT' -DCMAKE_CXX_FLAGS_RELEASE='$SAN_OPT' \
 -DCMAKE_SHARED_LINKER_FLAGS='$SAN_LINK' -DCMAKE_MODULE_LINKER_FLAGS='$SAN_LINK'"
     "$VENV/bin/pip" install -q --no-build-isolation --no-deps -Cbuild-dir=build/sanitize -e . || exit 1
 fi
@@ -72,17 +76,27 @@ LIBSTDCXX=$(${CXX:-c++} -print-file-name=libstdc++.so.6)
 rm -rf "$LOGS" && mkdir -p "$LOGS"
 TESTS=("$@")
 if [ ${#TESTS[@]} -eq 0 ]; then
-    # Everything but the CLI/example tests (they time whole commands) and
-    # the benchmark-shaped tests; add them by naming them. The two grammar
-    # fuzz properties are left out too: they allow 1 s of CPU per grammar and
-    # a 60 s hang limit, and under ASan one {2000}-repetition grammar ran over
-    # 150 s (where the time goes was not profiled), after
-    # which the dead worker fails every later example. Their fixed cases still run.
-    # The 1,000-request stress test bounds RSS growth to 24 MiB; under ASan it
-    # grew 30.8 MiB with no report (failed 3 runs of 4): ASan holds freed memory
-    # in its quarantine (256 MiB by default) so that use-after-free is caught.
+    # The default selection: every test file that drives the native layer on
+    # the tiny generated models (all speculative types, hybrid rollback,
+    # lifetimes, misuse, the GGUF and grammar fuzz cases, the thread budget,
+    # auto), plus the pure-Python ones. Left out for time, name them to run
+    # them: the files that generate mostly with the embedded Gemma (under
+    # ASan + UBSan at -O1 its matrix kernels run so slowly that
+    # tests/test_actor.py alone took over 10 minutes on 2 cores), the CLI and
+    # examples (they time whole commands), and the tests that bound RSS
+    # growth: ASan holds freed memory in its quarantine (256 MiB by default)
+    # so that a use after free is caught, and RSS grew past the bounds with
+    # no report (the 200 start/cancel cycles: 99 MiB against 64; the 1,000
+    # cancelled requests: 30.8 MiB against 24). The two hypothesis grammar
+    # properties are left out too: under ASan one {2000}-repetition grammar
+    # ran over 150 s, after which the dead worker fails every later example;
+    # their fixed cases still run.
     TESTS=(tests -q -x -p no:cacheprovider
            --ignore tests/test_cli.py --ignore tests/test_examples.py
+           --ignore tests/test_actor.py --ignore tests/test_session.py --ignore tests/test_streams.py
+           --ignore tests/test_serve.py --ignore tests/test_serve_cancel.py --ignore tests/test_serve_cli.py
+           --ignore tests/test_chat.py --ignore tests/test_pool.py --ignore tests/test_lossless_behaviours.py
+           --ignore tests/test_bench_scripts.py --ignore tests/test_stats_snapshots.py
            --deselect tests/test_fuzz_grammar.py::test_random_grammars_neither_crash_nor_hang
            --deselect tests/test_fuzz_grammar.py::test_mutated_grammars_neither_crash_nor_hang
            --deselect tests/test_hardening_stress.py::test_a_thousand_randomly_cancelled_requests_leak_nothing)
