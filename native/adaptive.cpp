@@ -12,6 +12,8 @@ constexpr double kPriorSlope = 0.2;         // cost per drafted token, relative 
 constexpr double kSlopeWeight = 4.0;        // pseudo-observations (at unit spread) behind that slope
 constexpr double kOutlier = 3.0;            // one step's cost counts at most this many times the prediction
 constexpr double kSlowWeight = 0.25;        // weight of a step slower than predicted
+constexpr double kShapeDecay = 0.95;        // a length's cost ratio follows its last ~20 steps
+constexpr double kShapeWeight = 1.0;        // pseudo-observation of ratio 1 behind each length
 }
 
 void PositionAcceptance::reset(int32_t n_cap, double later_floor) {
@@ -45,7 +47,11 @@ void PositionAcceptance::observe(int32_t n_checked, int32_t n_accepted) {
     }
 }
 
-void StepCost::reset() { s_w_ = s_x_ = s_y_ = s_xx_ = s_xy_ = 0; }
+void StepCost::reset() {
+    s_w_ = s_x_ = s_y_ = s_xx_ = s_xy_ = 0;
+    shape_w_.clear();
+    shape_r_.clear();
+}
 
 void StepCost::fix(double plain_us, double intercept_us, double slope_us) {
     fixed_ = true;
@@ -54,8 +60,7 @@ void StepCost::fix(double plain_us, double intercept_us, double slope_us) {
     fixed_slope_ = slope_us;
 }
 
-double StepCost::at(int32_t n) const {
-    if (fixed_) return n == 0 ? fixed_plain_ : fixed_intercept_ + fixed_slope_ * n;
+double StepCost::line(int32_t n) const {
     if (s_w_ <= 0.0) {
         return 1.0 + kPriorSlope * n;  // nothing measured yet: relative units
     }
@@ -71,25 +76,54 @@ double StepCost::at(int32_t n) const {
     return std::max(mean_y + b * (n - mean_x), 1.0);
 }
 
+double StepCost::shape(int32_t n) const {
+    // a length seldom verified leans on ratio 1 (the line)
+    if ((size_t) n >= shape_w_.size()) return 1.0;
+    return (shape_r_[(size_t) n] + kShapeWeight) / (shape_w_[(size_t) n] + kShapeWeight);
+}
+
+double StepCost::at(int32_t n) const {
+    if (fixed_) return n == 0 ? fixed_plain_ : fixed_intercept_ + fixed_slope_ * n;
+    return line(n) * shape(n);
+}
+
 void StepCost::observe(int32_t n_verified, int64_t us) {
-    if (fixed_) return;
+    if (fixed_ || n_verified < 0) return;
     // Timing noise only ever adds (llama.cpp reserving buffers for a new
-    // batch size, the OS taking the core), and one slow step at a length
-    // seldom verified would set the slope for long, as the plain steps that
-    // follow never measure it again. So the line follows the fast steps:
-    // a step slower than predicted counts kSlowWeight, at most kOutlier
-    // times the prediction.
+    // batch size, the OS taking the core): a step counts at most kOutlier
+    // times its prediction. The line weighs a step slower than predicted
+    // kSlowWeight, so one slow step at a length seldom verified does not set
+    // the slope for long (the plain steps that follow never measure it
+    // again); once the per-length ratio has priced that length, its steps
+    // are no longer "slow" and count fully.
     const double x = n_verified;
+    const bool first = s_w_ <= 0.0;
+    const double predicted = at(n_verified);
     double y = (double) us, w = 1.0;
-    if (s_w_ > 0.0 && y > at(n_verified)) {
-        y = std::min(y, kOutlier * at(n_verified));
+    if (!first && y > predicted) {
+        y = std::min(y, kOutlier * predicted);
         w = kSlowWeight;
     }
+    // The two parts share the step: the ratio is measured against the line
+    // as it stood, and the line learns the step with that length's ratio
+    // taken out (fitting the raw cost instead, both parts absorbed a change
+    // of load and the prediction overshot it).
+    const double ratio = first ? 1.0 : y / line(n_verified);
+    const double y_line = y / shape(n_verified);
     s_w_ = s_w_ * kDecay + w;
     s_x_ = s_x_ * kDecay + w * x;
-    s_y_ = s_y_ * kDecay + w * y;
+    s_y_ = s_y_ * kDecay + w * y_line;
     s_xx_ = s_xx_ * kDecay + w * x * x;
-    s_xy_ = s_xy_ * kDecay + w * x * y;
+    s_xy_ = s_xy_ * kDecay + w * x * y_line;
+    if ((size_t) n_verified >= shape_w_.size()) {
+        shape_w_.resize((size_t) n_verified + 1, 0.0);
+        shape_r_.resize((size_t) n_verified + 1, 0.0);
+    }
+    double & sw = shape_w_[(size_t) n_verified];
+    double & sr = shape_r_[(size_t) n_verified];
+    // full weight: a length's own steps are what its ratio is for (a slow one is still clipped)
+    sw = sw * kShapeDecay + 1.0;
+    sr = sr * kShapeDecay + ratio;
 }
 
 void AdaptiveDraft::reset(int32_t n_cap, int32_t n_floor) {

@@ -38,9 +38,15 @@ private:
     double later_floor_ = 0.8;
 };
 
-// Decayed least-squares line of a step's cost (us) against the length of the
-// draft verified (plain steps are length 0; a fixed per-step draft cost, as
-// with drafters that always draft their full length, lands in the intercept).
+// Cost (us) of a step by the length of the draft it verifies (plain steps are
+// length 0; a fixed per-step draft cost, as with drafters that always draft
+// their full length, lands in the intercept). Two parts:
+// - a decayed least-squares line over all steps, which follows the machine's
+//   load and predicts lengths never verified;
+// - per length, the decayed mean ratio of the measured cost to the line. CPU
+//   matrix kernels work on blocks of rows, so cost is not linear in the batch:
+//   on a 2-core EPYC, verifying 2 drafted tokens (a batch of 3) took longer
+//   than verifying 3 (docs/decisions/0029). The ratio learns that shape.
 class StepCost {
 public:
     void reset();
@@ -56,6 +62,10 @@ private:
     bool fixed_ = false;
     double fixed_plain_ = 0, fixed_intercept_ = 0, fixed_slope_ = 0;
     double s_w_ = 0, s_x_ = 0, s_y_ = 0, s_xx_ = 0, s_xy_ = 0;
+    std::vector<double> shape_w_, shape_r_;  // per length: decayed weight and weighted ratio sum
+
+    double line(int32_t n) const;
+    double shape(int32_t n) const;
 };
 
 // Picks the draft length n that maximises expected tokens per unit of time:

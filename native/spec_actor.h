@@ -280,6 +280,12 @@ sa_status sa_testing_poll_stats(const sa_session * session, int32_t which, uint6
  * depend on the machine's load. */
 sa_status sa_testing_fix_step_cost(sa_session * session, double plain_us, double intercept_us,
                                    double per_token_us);
+/* Feeds a fresh step-cost model (what "auto" and n_draft="auto" price draft
+ * lengths with) count observed steps, (n_verified[i] drafted tokens, us[i]
+ * microseconds) in order, then stores its predicted cost of a step verifying
+ * query[j] drafted tokens in out[j]. No session: a probe of the model alone. */
+sa_status sa_testing_step_cost(const int32_t * n_verified, const int64_t * us, int32_t count,
+                               const int32_t * query, int32_t n_query, double * out);
 /* The compute threads the session's target context uses now for decode and
  * for prompt batches (set per run by the thread budget). Call it from the
  * run's own thread (its event callback) or between runs. */

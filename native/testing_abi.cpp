@@ -1,6 +1,7 @@
 // Test probes: ABI calls that the test suite and benchmarks use to inspect a
 // session. Not part of generation; declared in the TESTING section of
 // spec_actor.h.
+#include "adaptive.h"
 #include "session.h"
 
 #include "common.h"
@@ -77,6 +78,28 @@ extern "C" sa_status sa_testing_fix_step_cost(sa_session * s, double plain_us, d
         return fail(SA_ERR_INVALID_ARG, "sa_testing_fix_step_cost: costs must be positive");
     }
     s->autod->fix_step_cost(plain_us, intercept_us, per_token_us);
+    return SA_OK;
+}
+
+extern "C" sa_status sa_testing_step_cost(const int32_t * n_verified, const int64_t * us, int32_t count,
+                                          const int32_t * query, int32_t n_query, double * out) {
+    if (count < 0 || n_query < 0 || (count > 0 && (n_verified == nullptr || us == nullptr)) ||
+        (n_query > 0 && (query == nullptr || out == nullptr))) {
+        return fail(SA_ERR_INVALID_ARG, "sa_testing_step_cost: null argument or negative count");
+    }
+    for (int32_t i = 0; i < count; ++i) {
+        if (n_verified[i] < 0 || n_verified[i] > SA_MAX_DRAFT_POS || us[i] < 0) {
+            return fail(SA_ERR_INVALID_ARG, "sa_testing_step_cost: lengths must be 0..SA_MAX_DRAFT_POS, times >= 0");
+        }
+    }
+    for (int32_t j = 0; j < n_query; ++j) {
+        if (query[j] < 0 || query[j] > SA_MAX_DRAFT_POS) {
+            return fail(SA_ERR_INVALID_ARG, "sa_testing_step_cost: query lengths must be 0..SA_MAX_DRAFT_POS");
+        }
+    }
+    sa::StepCost cost;
+    for (int32_t i = 0; i < count; ++i) cost.observe(n_verified[i], us[i]);
+    for (int32_t j = 0; j < n_query; ++j) out[j] = cost.at(query[j]);
     return SA_OK;
 }
 

@@ -57,3 +57,18 @@ def threads_in_use(handle: SessionHandle) -> tuple[int, int]:
     n, n_batch = ffi.new("int32_t *"), ffi.new("int32_t *")
     check(lib.sa_testing_threads_in_use(handle, n, n_batch), "threads in use")
     return n[0], n_batch[0]
+
+
+def step_cost(observed: list[tuple[int, int]], query: list[int]) -> list[float]:
+    """Predicted step costs (us) of a fresh step-cost model after ``observed``.
+
+    ``observed``: (drafted tokens verified, microseconds) per step, in order;
+    ``query``: the draft lengths to predict. The model is the one ``auto`` and
+    ``n_draft="auto"`` price draft lengths with; no session is involved.
+    """
+    n = ffi.new("int32_t[]", [o[0] for o in observed] or [0])
+    us = ffi.new("int64_t[]", [o[1] for o in observed] or [0])
+    q = ffi.new("int32_t[]", query or [0])
+    out = ffi.new("double[]", max(len(query), 1))
+    check(lib.sa_testing_step_cost(n, us, len(observed), q, len(query), out), "step cost")
+    return [out[j] for j in range(len(query))]
