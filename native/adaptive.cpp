@@ -6,7 +6,9 @@ namespace sa {
 
 namespace {
 constexpr double kDecay = 0.97;             // memory of about 30 observations
-constexpr double kPriorAccept = 0.6;        // acceptance at position 1 before any draft was seen
+constexpr size_t kRampMin = 4;              // positions trusted at the previous one's rate before any was measured
+constexpr double kRampSeen = 0.5;           // decayed reach that makes a position measured
+constexpr double kBeyondRamp = 0.5;         // prior factor per position past the ramp
 constexpr double kPriorWeight = 1.5;        // pseudo-observations behind each position's prior
 constexpr double kPriorSlope = 0.2;         // cost per drafted token, relative to a plain step
 constexpr double kSlopeWeight = 4.0;        // pseudo-observations (at unit spread) behind that slope
@@ -22,11 +24,21 @@ void PositionAcceptance::reset(int32_t n_cap, double later_floor) {
     hit_.assign((size_t) std::max(n_cap, 0), 0.0);
 }
 
-void PositionAcceptance::expected(std::vector<double> & out) const {
+void PositionAcceptance::expected(std::vector<double> & out, double first_prior) const {
     out.assign(reached_.size() + 1, 1.0);
+    // Positions up to twice the deepest one measured lean on the rate before
+    // them; past that the prior halves at each position (down to the floor),
+    // so a drafter's reach grows as its drafts are accepted instead of
+    // trusting its first few tokens for the whole ceiling.
+    size_t ramp = kRampMin;
+    for (size_t i = 0; i < reached_.size(); ++i) {
+        if (reached_[i] >= kRampSeen) ramp = std::max(ramp, 2 * (i + 1));
+    }
     double p_chain = 1.0, p_prev = 0.0;
     for (size_t i = 0; i < reached_.size(); ++i) {
-        const double prior = i == 0 ? kPriorAccept : std::max(p_prev, later_floor_);
+        const double prior = i == 0      ? first_prior
+                             : i < ramp ? std::max(p_prev, later_floor_)
+                                        : std::max(p_prev * kBeyondRamp, later_floor_);
         const double p = (hit_[i] + kPriorWeight * prior) / (reached_[i] + kPriorWeight);
         p_prev = p;
         p_chain *= p;

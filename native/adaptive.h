@@ -11,8 +11,9 @@ namespace sa {
 
 // Decayed acceptance per draft position: p_i, the rate at which a draft that
 // reached position i was accepted there. Positions seldom reached lean on a
-// prior (optimistic past the first position: once a draft is right it tends
-// to stay right).
+// prior: up to twice the deepest position measured, the rate before them
+// (once a draft is right it tends to stay right); past that, half of it per
+// position, so a drafter's reach grows with what it got accepted.
 class PositionAcceptance {
 public:
     // later_floor: the least prior at positions past the first (the prior
@@ -21,7 +22,14 @@ public:
 
     // Expected tokens gained by a step that drafts n tokens, for n = 0..n_cap:
     //   out[n] = 1 + sum_{i=1..n} p_1 * ... * p_i   (the sampled token plus accepted drafts)
-    void expected(std::vector<double> & out) const;
+    // first_prior: the acceptance assumed at position 1 before drafts were seen.
+    void expected(std::vector<double> & out, double first_prior = kGreedyFirstPrior) const;
+
+    // Prior acceptance at position 1 when decoding greedily, and when
+    // sampling: a sampled step accepts a drafted token only as often as the
+    // target gives it, so even a right continuation is accepted less.
+    static constexpr double kGreedyFirstPrior = 0.6;
+    static constexpr double kSampledFirstPrior = 0.3;
 
     // One checked draft: positions 1..n_checked were compared with what the
     // target produced and the first n_accepted of them matched (a miss at

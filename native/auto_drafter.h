@@ -49,7 +49,10 @@ public:
     // memory of 0 tokens): the n-gram drafters' tables (ngram-mod and
     // ngram-cache keep theirs across runs) and what was learned about each
     // drafter start over too.
-    void begin(const llama_tokens & prompt_tgt, const int32_t * prompt, int32_t n_prompt, bool fresh);
+    // sampled: the run samples (temperature > 0), so drafts are priced with
+    // PositionAcceptance::kSampledFirstPrior until they are measured.
+    void begin(const llama_tokens & prompt_tgt, const int32_t * prompt, int32_t n_prompt, bool fresh,
+               bool sampled);
 
     // Drafts for the step that verifies after id_last at position n_past;
     // at most n_max tokens (0: a plain step). Fills draft (empty: plain).
@@ -104,6 +107,7 @@ private:
     int32_t chosen_ = 0;
     bool model_drafted_ = false;  // the model drafter has drafted once (it may accept)
     bool pending_ = false;  // draft() ran and observe() has not yet
+    double first_prior_ = PositionAcceptance::kGreedyFirstPrior;
 
     void propose_from_memory(int32_t n_max);
     void note_cost(Arm & arm, int64_t t0);

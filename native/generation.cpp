@@ -224,7 +224,7 @@ sa_status Run::loop() {
     if (adaptive_) s_.adaptive.reset(n_cap_, uses_draft_context(s_.sparams.type) ? 1 : 0);
     n_past_ = (int32_t) prompt_tgt_.size();
     common_speculative_begin(s_.spec, 0, prompt_tgt_);
-    if (s_.autod) s_.autod->begin(prompt_tgt_, p_.prompt, p_.n_prompt, fresh_);
+    if (s_.autod) s_.autod->begin(prompt_tgt_, p_.prompt, p_.n_prompt, fresh_, p_.sampling.temp > 0.0f);
     t_decode_start_ = ggml_time_us();
 
     while (true) {

@@ -286,6 +286,13 @@ sa_status sa_testing_fix_step_cost(sa_session * session, double plain_us, double
  * query[j] drafted tokens in out[j]. No session: a probe of the model alone. */
 sa_status sa_testing_step_cost(const int32_t * n_verified, const int64_t * us, int32_t count,
                                const int32_t * query, int32_t n_query, double * out);
+/* Feeds a fresh acceptance model (per draft position, as "auto" keeps one per
+ * drafter) count checked drafts, (n_checked[i] positions compared,
+ * n_accepted[i] of them accepted) in order, then stores in out[0..n_cap] the
+ * expected tokens of a step drafting 0..n_cap tokens. later_floor and
+ * first_prior as in native/adaptive.h. No session: a probe of the model alone. */
+sa_status sa_testing_expected_tokens(const int32_t * n_checked, const int32_t * n_accepted, int32_t count,
+                                     int32_t n_cap, double later_floor, double first_prior, double * out);
 /* The compute threads the session's target context uses now for decode and
  * for prompt batches (set per run by the thread budget). Call it from the
  * run's own thread (its event callback) or between runs. */

@@ -6,6 +6,7 @@
 
 #include "common.h"
 
+#include <algorithm>
 #include <cstring>
 #include <utility>
 
@@ -100,6 +101,28 @@ extern "C" sa_status sa_testing_step_cost(const int32_t * n_verified, const int6
     sa::StepCost cost;
     for (int32_t i = 0; i < count; ++i) cost.observe(n_verified[i], us[i]);
     for (int32_t j = 0; j < n_query; ++j) out[j] = cost.at(query[j]);
+    return SA_OK;
+}
+
+extern "C" sa_status sa_testing_expected_tokens(const int32_t * n_checked, const int32_t * n_accepted, int32_t count,
+                                                int32_t n_cap, double later_floor, double first_prior, double * out) {
+    if (count < 0 || (count > 0 && (n_checked == nullptr || n_accepted == nullptr)) || out == nullptr ||
+        n_cap < 0 || n_cap > SA_MAX_DRAFT_POS || !(later_floor >= 0 && later_floor <= 1) ||
+        !(first_prior >= 0 && first_prior <= 1)) {
+        return fail(SA_ERR_INVALID_ARG, "sa_testing_expected_tokens: null argument, n_cap outside 0..SA_MAX_DRAFT_POS "
+                                        "or a prior outside 0..1");
+    }
+    sa::PositionAcceptance accept;
+    accept.reset(n_cap, later_floor);
+    for (int32_t i = 0; i < count; ++i) {
+        if (n_accepted[i] < 0 || n_checked[i] < n_accepted[i]) {
+            return fail(SA_ERR_INVALID_ARG, "sa_testing_expected_tokens: need 0 <= n_accepted <= n_checked");
+        }
+        accept.observe(n_checked[i], n_accepted[i]);
+    }
+    std::vector<double> expected;
+    accept.expected(expected, first_prior);
+    std::copy(expected.begin(), expected.end(), out);
     return SA_OK;
 }
 

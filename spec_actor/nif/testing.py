@@ -72,3 +72,18 @@ def step_cost(observed: list[tuple[int, int]], query: list[int]) -> list[float]:
     out = ffi.new("double[]", max(len(query), 1))
     check(lib.sa_testing_step_cost(n, us, len(observed), q, len(query), out), "step cost")
     return [out[j] for j in range(len(query))]
+
+
+def expected_tokens(checked: list[tuple[int, int]], n_cap: int, *, later_floor: float = 0.0,
+                    first_prior: float = 0.6) -> list[float]:
+    """Expected tokens of a step drafting 0..n_cap tokens, from a fresh acceptance model after ``checked``.
+
+    ``checked``: (positions compared, of which accepted) per draft, in order;
+    the model is the per-drafter one of ``auto`` (``later_floor`` 0 there,
+    ``first_prior`` 0.6 greedy, 0.3 sampled). No session is involved.
+    """
+    n = ffi.new("int32_t[]", [c[0] for c in checked] or [0])
+    a = ffi.new("int32_t[]", [c[1] for c in checked] or [0])
+    out = ffi.new("double[]", n_cap + 1)
+    check(lib.sa_testing_expected_tokens(n, a, len(checked), n_cap, later_floor, first_prior, out), "expected tokens")
+    return [out[j] for j in range(n_cap + 1)]
