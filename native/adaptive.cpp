@@ -1,6 +1,7 @@
 #include "adaptive.h"
 
 #include <algorithm>
+#include <utility>
 
 namespace sa {
 
@@ -65,12 +66,7 @@ void StepCost::reset() {
     shape_r_.clear();
 }
 
-void StepCost::fix(double plain_us, double intercept_us, double slope_us) {
-    fixed_ = true;
-    fixed_plain_ = plain_us;
-    fixed_intercept_ = intercept_us;
-    fixed_slope_ = slope_us;
-}
+void StepCost::fix(std::vector<double> us_by_length) { fixed_ = std::move(us_by_length); }
 
 double StepCost::line(int32_t n) const {
     if (s_w_ <= 0.0) {
@@ -95,12 +91,17 @@ double StepCost::shape(int32_t n) const {
 }
 
 double StepCost::at(int32_t n) const {
-    if (fixed_) return n == 0 ? fixed_plain_ : fixed_intercept_ + fixed_slope_ * n;
+    if (!fixed_.empty()) {
+        const size_t last = fixed_.size() - 1;
+        if ((size_t) n <= last) return fixed_[(size_t) n];
+        const double step = last > 0 ? fixed_[last] - fixed_[last - 1] : 0.0;
+        return fixed_[last] + step * (double) ((size_t) n - last);
+    }
     return line(n) * shape(n);
 }
 
 void StepCost::observe(int32_t n_verified, int64_t us) {
-    if (fixed_ || n_verified < 0) return;
+    if (!fixed_.empty() || n_verified < 0) return;
     // Timing noise only ever adds (llama.cpp reserving buffers for a new
     // batch size, the OS taking the core): a step counts at most kOutlier
     // times its prediction. The line weighs a step slower than predicted

@@ -61,14 +61,14 @@ public:
     // Cost of a step verifying n draft tokens; relative units until measured.
     double at(int32_t n) const;
     void observe(int32_t n_verified, int64_t us);
-    bool measured() const { return fixed_ || s_w_ > 0.0; }
-    // Tests: a fixed cost (plain steps; drafted steps intercept + slope * n),
-    // so that what the chooser does no longer depends on the machine's load.
-    void fix(double plain_us, double intercept_us, double slope_us);
+    bool measured() const { return !fixed_.empty() || s_w_ > 0.0; }
+    // Tests and benchmarks: a fixed cost, us_by_length[n] for a step verifying
+    // n drafted tokens (past its end, the last difference goes on), so that
+    // what the chooser does no longer depends on the machine's load.
+    void fix(std::vector<double> us_by_length);
 
 private:
-    bool fixed_ = false;
-    double fixed_plain_ = 0, fixed_intercept_ = 0, fixed_slope_ = 0;
+    std::vector<double> fixed_;
     double s_w_ = 0, s_x_ = 0, s_y_ = 0, s_xx_ = 0, s_xy_ = 0;
     std::vector<double> shape_w_, shape_r_;  // per length: decayed weight and weighted ratio sum
 

@@ -68,10 +68,8 @@ public:
     void observe(const llama_tokens & ids, int32_t n_verified, int64_t t_verify_us, int64_t t_sample_us,
                  bool committed);
 
-    // Tests: fixes the step cost (StepCost::fix) for the rest of the session.
-    void fix_step_cost(double plain_us, double intercept_us, double slope_us) {
-        verify_.fix(plain_us, intercept_us, slope_us);
-    }
+    // Tests and benchmarks: fixes the step cost (StepCost::fix) for the rest of the session.
+    void fix_step_cost(std::vector<double> us_by_length) { verify_.fix(std::move(us_by_length)); }
 
     // Drafter id (sa_drafter) of the last draft() call.
     int32_t active() const { return chosen_; }

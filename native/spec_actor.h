@@ -280,6 +280,11 @@ sa_status sa_testing_poll_stats(const sa_session * session, int32_t which, uint6
  * depend on the machine's load. */
 sa_status sa_testing_fix_step_cost(sa_session * session, double plain_us, double intercept_us,
                                    double per_token_us);
+/* Spec "auto" only: as sa_testing_fix_step_cost, with the cost of a step by
+ * the number of drafted tokens it verifies, us_by_length[0..n-1] (past the
+ * end, the last difference goes on). bench/bench_auto.py --fixed-cost prices
+ * every step with bench/bench_verify_cost.py's table this way. */
+sa_status sa_testing_fix_step_cost_table(sa_session * session, const double * us_by_length, int32_t n);
 /* Feeds a fresh step-cost model (what "auto" and n_draft="auto" price draft
  * lengths with) count observed steps, (n_verified[i] drafted tokens, us[i]
  * microseconds) in order, then stores its predicted cost of a step verifying

@@ -87,3 +87,9 @@ def expected_tokens(checked: list[tuple[int, int]], n_cap: int, *, later_floor: 
     out = ffi.new("double[]", n_cap + 1)
     check(lib.sa_testing_expected_tokens(n, a, len(checked), n_cap, later_floor, first_prior, out), "expected tokens")
     return [out[j] for j in range(n_cap + 1)]
+
+
+def fix_step_cost_table(handle: SessionHandle, us_by_length: list[float]) -> None:
+    """Fix an auto session's step cost to ``us_by_length[n]`` for a step verifying n drafted tokens."""
+    buf = ffi.new("double[]", us_by_length)
+    check(lib.sa_testing_fix_step_cost_table(handle, buf, len(us_by_length)), "fix step cost table")
