@@ -33,8 +33,13 @@ from llama_tools import build_tools
 import spec_actor
 
 
-def measure(exe: str, model: str, threads: int, reps: int, past: int, sizes: list[int]) -> dict[int, list[int]]:
-    """{batch size: step times in us} from one run of verify-cost."""
+MAX_BATCH = 65
+"""The largest batch: the last sampled token and SA_MAX_DRAFT_POS (64) drafted ones."""
+
+
+def measure_batches(model: str, threads: int, reps: int, past: int, sizes: list[int]) -> dict[int, list[int]]:
+    """{batch size: step times in us} from one run of verify-cost (compiled first if missing)."""
+    exe = str(build_tools(["verify-cost"])["verify-cost"])
     cmd = [exe, model, str(threads), str(reps), str(past), *map(str, sizes)]
     done = subprocess.run(cmd, capture_output=True, text=True, stdin=subprocess.DEVNULL)
     if done.returncode != 0:
@@ -64,16 +69,15 @@ def main() -> int:
     parser.add_argument("--model", help="GGUF file (default: the embedded Gemma 3 270M)")
     add_report_options(parser, targets=False)
     args = parser.parse_args()
-    if args.reps < 1 or args.past < 1 or args.max_draft < 1:
-        parser.error("--reps, --past and --max-draft must be at least 1")
+    if args.reps < 1 or args.past < 1 or not 1 <= args.max_draft < MAX_BATCH:
+        parser.error(f"--reps and --past must be at least 1, --max-draft 1..{MAX_BATCH - 1}")
 
     model = args.model or spec_actor.load_model().path
-    exe = str(build_tools(["verify-cost"])["verify-cost"])
     sizes = list(range(1, args.max_draft + 2))
     report = Report("bench_verify_cost", {"reps": args.reps, "threads": args.threads, "past": args.past,
                                           "model": os.path.basename(model)})
     print(f"[bench] timing batches of 1..{sizes[-1]} tokens, {args.reps} reps each", file=sys.stderr, flush=True)
-    times = measure(exe, model, args.threads, args.reps, args.past, sizes)
+    times = measure_batches(model, args.threads, args.reps, args.past, sizes)
     plain = statistics.median(times[1])
     rows = []
     for size in sizes:

@@ -1,5 +1,6 @@
 #include "auto_drafter.h"
 
+#include "checks.h"
 #include "spec_actor.h"
 
 #include "ggml.h"
@@ -170,8 +171,15 @@ void AutoDrafter::draft(int32_t n_max, llama_pos n_past, llama_token id_last, co
     ++steps_;
     n_max = std::min(n_max, n_cap_);
     if (n_max <= 0) return;
+    const bool cache_ok = ngram_cache_can_draft(prompt_tgt.size() + 1);
     for (Arm & arm : cheap_) {
-        if (arm.id != SA_DRAFTER_MEMORY) draft_with(arm, n_max, n_past, id_last, prompt_tgt);
+        if (arm.id == SA_DRAFTER_MEMORY) continue;
+        if (arm.id == SA_SPEC_NGRAM_CACHE && !cache_ok) {
+            arm.proposal.clear();
+            arm.proposed = false;
+            continue;
+        }
+        draft_with(arm, n_max, n_past, id_last, prompt_tgt);
     }
     propose_from_memory(n_max);
 
