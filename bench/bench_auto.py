@@ -1,6 +1,6 @@
 """Benchmark Spec("auto") against plain decoding and every fixed n-gram type, side by side.
 
-    python bench/bench_auto.py [--reps N] [--tokens N] [--threads N] [--only W ...] [--modes M ...] [--check]
+    python bench/bench_auto.py [--reps N] [--tokens N] [--threads N] [--only W ...] [--modes M ...] [--priced] [--check]
 
 One process, the embedded Gemma 3 270M Q4_K_M. Modes: plain; ngram-simple,
 ngram-map-k, ngram-map-k4v, ngram-mod and ngram-cache at n_draft 8 and 16;
@@ -32,6 +32,14 @@ plain; the targets of issue 10 are printed with pass/fail:
 - verbatim copy of a long passage: auto >= 3x plain.
 
 Run it on an otherwise idle machine; on a loaded one read only the ratios.
+
+``--priced`` takes the timing noise out of the comparison: it first measures
+what a step costs by draft length (bench_verify_cost.py's table), fixes
+auto's chooser to that table, and prices every run's steps with it (the
+steps each mode took by draft length, counted from its statistics, plus its
+measured sampling and drafting time). What differs between the modes is
+then only what each drafted and what the target accepted; greedy runs are
+deterministic, so one repeat is enough.
 """
 
 from __future__ import annotations
@@ -39,12 +47,14 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import statistics
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from spec_actor import Model, RunResult, Session, Spec, load_model
+from spec_actor.nif import testing as native_testing
 
 from _common import Rates, Target, targets_table
 
@@ -88,8 +98,11 @@ class Workload:
     cells: dict[str, Cell] = field(default_factory=dict)
 
 
-def run(model: Model, spec: Spec, work: Workload, tokens: int, threads: int | None) -> RunResult:
+def run(model: Model, spec: Spec, work: Workload, tokens: int, threads: int | None,
+        cost_us: list[float] | None = None) -> RunResult:
     with Session(model, spec=spec, n_ctx=N_CTX, n_threads=threads) as session:
+        if cost_us is not None and spec.is_auto:
+            native_testing.fix_step_cost_table(session._handle, cost_us)
         for prompt in work.prompts:
             result = session.run(prompt, max_tokens=tokens, parse_special=True, **work.sampling)
             if result.status not in ("done", "eog"):
@@ -108,18 +121,47 @@ def chain_prompts(model: Model, tokens: int, threads: int | None) -> tuple[str, 
     return tuple(prompts)
 
 
-def measure(model: Model, work: Workload, reps: int, tokens: int, threads: int | None) -> None:
+def steps_by_length(result: RunResult) -> dict[int, int]:
+    """{drafted tokens verified: steps} of a run, from its per-position draft counts."""
+    st = result.stats
+    reached = [*st.drafted_per_pos, 0]  # reached[i]: drafts that reached position i + 1
+    steps = {0: st.iters - reached[0]}
+    for n in range(1, len(reached)):
+        if reached[n - 1] > reached[n]:
+            steps[n] = reached[n - 1] - reached[n]
+    return steps
+
+
+def priced_tokens_per_sec(result: RunResult, cost_us: list[float]) -> float:
+    """Tokens/s of a run with every step priced by ``cost_us[drafted tokens]`` (sampling and drafting as measured)."""
+    t = result.stats.timing_us
+    us = sum(count * cost_us[min(n, len(cost_us) - 1)] for n, count in steps_by_length(result).items())
+    return result.stats.tokens_emitted / ((us + t.sample + t.draft) / 1e6)
+
+
+def measure(model: Model, work: Workload, reps: int, tokens: int, threads: int | None,
+            cost_us: list[float] | None = None) -> None:
     work.cells = {mode: Cell() for mode in MODES}
     for spec in MODES.values():
-        run(model, spec, work, tokens, threads)  # warm-up
+        run(model, spec, work, tokens, threads, cost_us)  # warm-up
     names = list(MODES)
     for rep in range(reps):
         for k in range(len(names)):
             mode = names[(rep + k) % len(names)]
-            result = run(model, MODES[mode], work, tokens, threads)
-            work.cells[mode].rates.append(result.stats.tokens_per_sec)
+            result = run(model, MODES[mode], work, tokens, threads, cost_us)
+            rate = result.stats.tokens_per_sec if cost_us is None else priced_tokens_per_sec(result, cost_us)
+            work.cells[mode].rates.append(rate)
             work.cells[mode].last = result
     print(f"  {work.name}: done", file=sys.stderr)
+
+
+def step_cost_table(model_path: str, threads: int) -> list[float]:
+    """Median us of a step verifying 0..n drafted tokens (n: the longest any mode drafts), by bench_verify_cost.py."""
+    from bench_verify_cost import measure_batches
+
+    longest = max(spec.max_draft for spec in MODES.values())
+    times = measure_batches(model_path, threads, reps=9, past=300, sizes=list(range(1, longest + 2)))
+    return [float(statistics.median(times[size])) for size in sorted(times)]
 
 
 def geomean(values: list[float]) -> float:
@@ -179,6 +221,8 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=None, help="CPU threads (default: all cores)")
     parser.add_argument("--only", nargs="*", help="run only these workloads (names as in the table)")
     parser.add_argument("--modes", nargs="*", help="run only these modes (plain and auto are always run)")
+    parser.add_argument("--priced", action="store_true",
+                        help="price every run's steps with a measured cost table instead of timing it (see above)")
     parser.add_argument("--check", action="store_true", help="exit 1 if a target is not met")
     args = parser.parse_args()
     if args.reps < 1:
@@ -195,10 +239,16 @@ def main() -> int:
     if args.only:
         works = [w for w in works if w.name in args.only]
     load_before = os.getloadavg()[0]
+    cost_us = None
+    if args.priced:
+        cost_us = step_cost_table(model.path, args.threads or os.cpu_count() or 2)
+        print("step cost by drafted tokens (ms): " + " ".join(f"{n}:{c / 1e3:.0f}" for n, c in enumerate(cost_us)),
+              file=sys.stderr)
     for w in works:
-        measure(model, w, args.reps, args.tokens, args.threads)
+        measure(model, w, args.reps, args.tokens, args.threads, cost_us)
     load_after = os.getloadavg()[0]
-    print(f"\nGemma 3 270M Q4_K_M, {args.tokens} tokens per request, median of {args.reps} runs after a warm-up, "
+    how = "priced with the measured step-cost table" if args.priced else "median of"
+    print(f"\nGemma 3 270M Q4_K_M, {args.tokens} tokens per request, {how} {args.reps} runs after a warm-up, "
           f"{os.cpu_count()} CPUs, load average {load_before:.2f} before and {load_after:.2f} after\n")
     table(works)
     ok = targets(works) if not args.only and not args.modes else True

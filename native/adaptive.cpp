@@ -1,17 +1,22 @@
 #include "adaptive.h"
 
 #include <algorithm>
+#include <utility>
 
 namespace sa {
 
 namespace {
 constexpr double kDecay = 0.97;             // memory of about 30 observations
-constexpr double kPriorAccept = 0.6;        // acceptance at position 1 before any draft was seen
+constexpr size_t kRampMin = 4;              // positions trusted at the previous one's rate before any was measured
+constexpr double kRampSeen = 0.5;           // decayed reach that makes a position measured
+constexpr double kBeyondRamp = 0.5;         // prior factor per position past the ramp
 constexpr double kPriorWeight = 1.5;        // pseudo-observations behind each position's prior
 constexpr double kPriorSlope = 0.2;         // cost per drafted token, relative to a plain step
 constexpr double kSlopeWeight = 4.0;        // pseudo-observations (at unit spread) behind that slope
 constexpr double kOutlier = 3.0;            // one step's cost counts at most this many times the prediction
 constexpr double kSlowWeight = 0.25;        // weight of a step slower than predicted
+constexpr double kShapeDecay = 0.95;        // a length's cost ratio follows its last ~20 steps
+constexpr double kShapeWeight = 1.0;        // pseudo-observation of ratio 1 behind each length
 }
 
 void PositionAcceptance::reset(int32_t n_cap, double later_floor) {
@@ -20,11 +25,21 @@ void PositionAcceptance::reset(int32_t n_cap, double later_floor) {
     hit_.assign((size_t) std::max(n_cap, 0), 0.0);
 }
 
-void PositionAcceptance::expected(std::vector<double> & out) const {
+void PositionAcceptance::expected(std::vector<double> & out, double first_prior) const {
     out.assign(reached_.size() + 1, 1.0);
+    // Positions up to twice the deepest one measured lean on the rate before
+    // them; past that the prior halves at each position (down to the floor),
+    // so a drafter's reach grows as its drafts are accepted instead of
+    // trusting its first few tokens for the whole ceiling.
+    size_t ramp = kRampMin;
+    for (size_t i = 0; i < reached_.size(); ++i) {
+        if (reached_[i] >= kRampSeen) ramp = std::max(ramp, 2 * (i + 1));
+    }
     double p_chain = 1.0, p_prev = 0.0;
     for (size_t i = 0; i < reached_.size(); ++i) {
-        const double prior = i == 0 ? kPriorAccept : std::max(p_prev, later_floor_);
+        const double prior = i == 0      ? first_prior
+                             : i < ramp ? std::max(p_prev, later_floor_)
+                                        : std::max(p_prev * kBeyondRamp, later_floor_);
         const double p = (hit_[i] + kPriorWeight * prior) / (reached_[i] + kPriorWeight);
         p_prev = p;
         p_chain *= p;
@@ -45,17 +60,15 @@ void PositionAcceptance::observe(int32_t n_checked, int32_t n_accepted) {
     }
 }
 
-void StepCost::reset() { s_w_ = s_x_ = s_y_ = s_xx_ = s_xy_ = 0; }
-
-void StepCost::fix(double plain_us, double intercept_us, double slope_us) {
-    fixed_ = true;
-    fixed_plain_ = plain_us;
-    fixed_intercept_ = intercept_us;
-    fixed_slope_ = slope_us;
+void StepCost::reset() {
+    s_w_ = s_x_ = s_y_ = s_xx_ = s_xy_ = 0;
+    shape_w_.clear();
+    shape_r_.clear();
 }
 
-double StepCost::at(int32_t n) const {
-    if (fixed_) return n == 0 ? fixed_plain_ : fixed_intercept_ + fixed_slope_ * n;
+void StepCost::fix(std::vector<double> us_by_length) { fixed_ = std::move(us_by_length); }
+
+double StepCost::line(int32_t n) const {
     if (s_w_ <= 0.0) {
         return 1.0 + kPriorSlope * n;  // nothing measured yet: relative units
     }
@@ -71,25 +84,59 @@ double StepCost::at(int32_t n) const {
     return std::max(mean_y + b * (n - mean_x), 1.0);
 }
 
+double StepCost::shape(int32_t n) const {
+    // a length seldom verified leans on ratio 1 (the line)
+    if ((size_t) n >= shape_w_.size()) return 1.0;
+    return (shape_r_[(size_t) n] + kShapeWeight) / (shape_w_[(size_t) n] + kShapeWeight);
+}
+
+double StepCost::at(int32_t n) const {
+    if (!fixed_.empty()) {
+        const size_t last = fixed_.size() - 1;
+        if ((size_t) n <= last) return fixed_[(size_t) n];
+        const double step = last > 0 ? fixed_[last] - fixed_[last - 1] : 0.0;
+        return fixed_[last] + step * (double) ((size_t) n - last);
+    }
+    return line(n) * shape(n);
+}
+
 void StepCost::observe(int32_t n_verified, int64_t us) {
-    if (fixed_) return;
+    if (!fixed_.empty() || n_verified < 0) return;
     // Timing noise only ever adds (llama.cpp reserving buffers for a new
-    // batch size, the OS taking the core), and one slow step at a length
-    // seldom verified would set the slope for long, as the plain steps that
-    // follow never measure it again. So the line follows the fast steps:
-    // a step slower than predicted counts kSlowWeight, at most kOutlier
-    // times the prediction.
+    // batch size, the OS taking the core): a step counts at most kOutlier
+    // times its prediction. The line weighs a step slower than predicted
+    // kSlowWeight, so one slow step at a length seldom verified does not set
+    // the slope for long (the plain steps that follow never measure it
+    // again); once the per-length ratio has priced that length, its steps
+    // are no longer "slow" and count fully.
     const double x = n_verified;
+    const bool first = s_w_ <= 0.0;
+    const double predicted = at(n_verified);
     double y = (double) us, w = 1.0;
-    if (s_w_ > 0.0 && y > at(n_verified)) {
-        y = std::min(y, kOutlier * at(n_verified));
+    if (!first && y > predicted) {
+        y = std::min(y, kOutlier * predicted);
         w = kSlowWeight;
     }
+    // The two parts share the step: the ratio is measured against the line
+    // as it stood, and the line learns the step with that length's ratio
+    // taken out (fitting the raw cost instead, both parts absorbed a change
+    // of load and the prediction overshot it).
+    const double ratio = first ? 1.0 : y / line(n_verified);
+    const double y_line = y / shape(n_verified);
     s_w_ = s_w_ * kDecay + w;
     s_x_ = s_x_ * kDecay + w * x;
-    s_y_ = s_y_ * kDecay + w * y;
+    s_y_ = s_y_ * kDecay + w * y_line;
     s_xx_ = s_xx_ * kDecay + w * x * x;
-    s_xy_ = s_xy_ * kDecay + w * x * y;
+    s_xy_ = s_xy_ * kDecay + w * x * y_line;
+    if ((size_t) n_verified >= shape_w_.size()) {
+        shape_w_.resize((size_t) n_verified + 1, 0.0);
+        shape_r_.resize((size_t) n_verified + 1, 0.0);
+    }
+    double & sw = shape_w_[(size_t) n_verified];
+    double & sr = shape_r_[(size_t) n_verified];
+    // full weight: a length's own steps are what its ratio is for (a slow one is still clipped)
+    sw = sw * kShapeDecay + 1.0;
+    sr = sr * kShapeDecay + ratio;
 }
 
 void AdaptiveDraft::reset(int32_t n_cap, int32_t n_floor) {

@@ -11,8 +11,9 @@ namespace sa {
 
 // Decayed acceptance per draft position: p_i, the rate at which a draft that
 // reached position i was accepted there. Positions seldom reached lean on a
-// prior (optimistic past the first position: once a draft is right it tends
-// to stay right).
+// prior: up to twice the deepest position measured, the rate before them
+// (once a draft is right it tends to stay right); past that, half of it per
+// position, so a drafter's reach grows with what it got accepted.
 class PositionAcceptance {
 public:
     // later_floor: the least prior at positions past the first (the prior
@@ -21,7 +22,14 @@ public:
 
     // Expected tokens gained by a step that drafts n tokens, for n = 0..n_cap:
     //   out[n] = 1 + sum_{i=1..n} p_1 * ... * p_i   (the sampled token plus accepted drafts)
-    void expected(std::vector<double> & out) const;
+    // first_prior: the acceptance assumed at position 1 before drafts were seen.
+    void expected(std::vector<double> & out, double first_prior = kGreedyFirstPrior) const;
+
+    // Prior acceptance at position 1 when decoding greedily, and when
+    // sampling: a sampled step accepts a drafted token only as often as the
+    // target gives it, so even a right continuation is accepted less.
+    static constexpr double kGreedyFirstPrior = 0.6;
+    static constexpr double kSampledFirstPrior = 0.3;
 
     // One checked draft: positions 1..n_checked were compared with what the
     // target produced and the first n_accepted of them matched (a miss at
@@ -38,24 +46,34 @@ private:
     double later_floor_ = 0.8;
 };
 
-// Decayed least-squares line of a step's cost (us) against the length of the
-// draft verified (plain steps are length 0; a fixed per-step draft cost, as
-// with drafters that always draft their full length, lands in the intercept).
+// Cost (us) of a step by the length of the draft it verifies (plain steps are
+// length 0; a fixed per-step draft cost, as with drafters that always draft
+// their full length, lands in the intercept). Two parts:
+// - a decayed least-squares line over all steps, which follows the machine's
+//   load and predicts lengths never verified;
+// - per length, the decayed mean ratio of the measured cost to the line. CPU
+//   matrix kernels work on blocks of rows, so cost is not linear in the batch:
+//   on a 2-core EPYC, verifying 2 drafted tokens (a batch of 3) took longer
+//   than verifying 3 (docs/decisions/0029). The ratio learns that shape.
 class StepCost {
 public:
     void reset();
     // Cost of a step verifying n draft tokens; relative units until measured.
     double at(int32_t n) const;
     void observe(int32_t n_verified, int64_t us);
-    bool measured() const { return fixed_ || s_w_ > 0.0; }
-    // Tests: a fixed cost (plain steps; drafted steps intercept + slope * n),
-    // so that what the chooser does no longer depends on the machine's load.
-    void fix(double plain_us, double intercept_us, double slope_us);
+    bool measured() const { return !fixed_.empty() || s_w_ > 0.0; }
+    // Tests and benchmarks: a fixed cost, us_by_length[n] for a step verifying
+    // n drafted tokens (past its end, the last difference goes on), so that
+    // what the chooser does no longer depends on the machine's load.
+    void fix(std::vector<double> us_by_length);
 
 private:
-    bool fixed_ = false;
-    double fixed_plain_ = 0, fixed_intercept_ = 0, fixed_slope_ = 0;
+    std::vector<double> fixed_;
     double s_w_ = 0, s_x_ = 0, s_y_ = 0, s_xx_ = 0, s_xy_ = 0;
+    std::vector<double> shape_w_, shape_r_;  // per length: decayed weight and weighted ratio sum
+
+    double line(int32_t n) const;
+    double shape(int32_t n) const;
 };
 
 // Picks the draft length n that maximises expected tokens per unit of time:

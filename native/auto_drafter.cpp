@@ -1,5 +1,6 @@
 #include "auto_drafter.h"
 
+#include "checks.h"
 #include "spec_actor.h"
 
 #include "ggml.h"
@@ -91,7 +92,9 @@ void AutoDrafter::init(common_params_speculative base, common_speculative * mode
     verify_.reset();
 }
 
-void AutoDrafter::begin(const llama_tokens & prompt_tgt, const int32_t * prompt, int32_t n_prompt, bool fresh) {
+void AutoDrafter::begin(const llama_tokens & prompt_tgt, const int32_t * prompt, int32_t n_prompt, bool fresh,
+                        bool sampled) {
+    first_prior_ = sampled ? PositionAcceptance::kSampledFirstPrior : PositionAcceptance::kGreedyFirstPrior;
     if (fresh) {
         make_arms();
         model_arm_.accept.reset(model_n_max_, kLaterFloor);
@@ -168,8 +171,15 @@ void AutoDrafter::draft(int32_t n_max, llama_pos n_past, llama_token id_last, co
     ++steps_;
     n_max = std::min(n_max, n_cap_);
     if (n_max <= 0) return;
+    const bool cache_ok = ngram_cache_can_draft(prompt_tgt.size() + 1);
     for (Arm & arm : cheap_) {
-        if (arm.id != SA_DRAFTER_MEMORY) draft_with(arm, n_max, n_past, id_last, prompt_tgt);
+        if (arm.id == SA_DRAFTER_MEMORY) continue;
+        if (arm.id == SA_SPEC_NGRAM_CACHE && !cache_ok) {
+            arm.proposal.clear();
+            arm.proposed = false;
+            continue;
+        }
+        draft_with(arm, n_max, n_past, id_last, prompt_tgt);
     }
     propose_from_memory(n_max);
 
@@ -185,7 +195,7 @@ void AutoDrafter::draft(int32_t n_max, llama_pos n_past, llama_token id_last, co
     int32_t best_n = 0;
     for (Arm & arm : cheap_) {
         if (!arm.proposed) continue;
-        arm.accept.expected(expected_);
+        arm.accept.expected(expected_, first_prior_);
         for (int32_t n = 1; n <= (int32_t) arm.proposal.size(); ++n) {
             const double rate = rate_of(expected_[(size_t) n], n, d_cheap);
             if (rate > best_rate * kBetter) {
@@ -199,7 +209,7 @@ void AutoDrafter::draft(int32_t n_max, llama_pos n_past, llama_token id_last, co
 
     if (model_ != nullptr) {
         const int32_t n_m = std::min(model_n_max_, n_max);
-        model_arm_.accept.expected(expected_);
+        model_arm_.accept.expected(expected_, first_prior_);
         const double d_m = timed && model_arm_.costed ? model_arm_.cost_us : 0.0;
         const double rate_m = rate_of(expected_[(size_t) n_m], n_m, d_cheap + d_m);
         if (rate_m > best_rate * kBetter || steps_ - last_model_step_ >= kModelExploreEvery) {
@@ -224,17 +234,22 @@ void AutoDrafter::explore(Arm *& best, int32_t & best_n) {
         if (best_n < (int32_t) best->proposal.size()) ++best_n;
         return;
     }
-    // Plain won, but a proposal expected to pay twice over stands: verify
-    // kExploreLength tokens of it, so the cost of drafting stays measured (a
-    // cost line that plain steps alone feed never learns that drafting got
-    // cheaper).
+    // Plain won, but a proposal expected to pay twice over stands: verify up
+    // to kExploreLength tokens of it, so the cost of drafting stays measured
+    // (a cost line that plain steps alone feed never learns that drafting
+    // got cheaper). Of those lengths, the one with the best expected rate:
+    // verification cost is not linear in the length (decision 0029).
+    double best_rate = 0;
     for (Arm & arm : cheap_) {
         if (!arm.proposed) continue;
-        arm.accept.expected(expected_);
-        const int32_t n = std::min(kExploreLength, (int32_t) arm.proposal.size());
-        if (expected_[(size_t) n] >= 2.0 && (best == nullptr || n > best_n)) {
-            best = &arm;
-            best_n = n;
+        arm.accept.expected(expected_, first_prior_);
+        for (int32_t n = 1; n <= std::min(kExploreLength, (int32_t) arm.proposal.size()); ++n) {
+            const double rate = expected_[(size_t) n] / verify_.at(n);
+            if (expected_[(size_t) n] >= 2.0 && rate > best_rate) {
+                best_rate = rate;
+                best = &arm;
+                best_n = n;
+            }
         }
     }
 }

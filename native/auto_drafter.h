@@ -49,7 +49,10 @@ public:
     // memory of 0 tokens): the n-gram drafters' tables (ngram-mod and
     // ngram-cache keep theirs across runs) and what was learned about each
     // drafter start over too.
-    void begin(const llama_tokens & prompt_tgt, const int32_t * prompt, int32_t n_prompt, bool fresh);
+    // sampled: the run samples (temperature > 0), so drafts are priced with
+    // PositionAcceptance::kSampledFirstPrior until they are measured.
+    void begin(const llama_tokens & prompt_tgt, const int32_t * prompt, int32_t n_prompt, bool fresh,
+               bool sampled);
 
     // Drafts for the step that verifies after id_last at position n_past;
     // at most n_max tokens (0: a plain step). Fills draft (empty: plain).
@@ -65,10 +68,8 @@ public:
     void observe(const llama_tokens & ids, int32_t n_verified, int64_t t_verify_us, int64_t t_sample_us,
                  bool committed);
 
-    // Tests: fixes the step cost (StepCost::fix) for the rest of the session.
-    void fix_step_cost(double plain_us, double intercept_us, double slope_us) {
-        verify_.fix(plain_us, intercept_us, slope_us);
-    }
+    // Tests and benchmarks: fixes the step cost (StepCost::fix) for the rest of the session.
+    void fix_step_cost(std::vector<double> us_by_length) { verify_.fix(std::move(us_by_length)); }
 
     // Drafter id (sa_drafter) of the last draft() call.
     int32_t active() const { return chosen_; }
@@ -104,6 +105,7 @@ private:
     int32_t chosen_ = 0;
     bool model_drafted_ = false;  // the model drafter has drafted once (it may accept)
     bool pending_ = false;  // draft() ran and observe() has not yet
+    double first_prior_ = PositionAcceptance::kGreedyFirstPrior;
 
     void propose_from_memory(int32_t n_max);
     void note_cost(Arm & arm, int64_t t0);

@@ -1,6 +1,8 @@
 #include "checks.h"
 #include "session.h"
 
+#include "ngram-cache.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -13,6 +15,8 @@ const int32_t * llama_model_target_layer_ids(const struct llama_model * model);
 uint32_t llama_model_target_layer_ids_n(const struct llama_model * model);
 
 namespace sa {
+
+bool ngram_cache_can_draft(size_t n_context) { return n_context >= LLAMA_NGRAM_MAX; }
 
 namespace {
 

@@ -20,4 +20,13 @@ sa_status check_spec_models(int32_t type, const sa_model & target, const sa_mode
 // The prompt, budget and sampling parameters of one run on a session.
 sa_status validate_run(const sa_session & s, const sa_run_params & p);
 
+// Whether llama.cpp's ngram-cache drafter may run on a context of n_context
+// tokens (the tokens in memory plus the newest one). Its lookup reads the
+// last LLAMA_NGRAM_MAX (4) tokens, but common_ngram_cache_draft
+// (common/ngram-cache.cpp) only returns early below LLAMA_NGRAM_STATIC (2):
+// on a context of 2 or 3 tokens it reads before the start of its draft
+// vector (AddressSanitizer: heap-buffer-overflow in get_token). Shorter
+// contexts draft nothing with any n-gram drafter anyway.
+bool ngram_cache_can_draft(size_t n_context);
+
 }  // namespace sa

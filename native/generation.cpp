@@ -1,4 +1,5 @@
 #include "generation.h"
+#include "checks.h"
 #include "event_batch.h"
 #include "thread_budget.h"
 
@@ -167,7 +168,8 @@ DraftStep Run::draft_step() {
         d.t_draft_us = ggml_time_us() - t0;
         s_.stats.add(&Counters::t_draft_us, d.t_draft_us);
         s_.stats.set_n_draft((int32_t) draft_.size());
-    } else if (d.n_asked > 0) {
+    } else if (d.n_asked > 0 &&
+               (s_.sparams.type != SA_SPEC_NGRAM_CACHE || ngram_cache_can_draft(prompt_tgt_.size() + 1))) {
         const int64_t t0 = ggml_time_us();
         common_speculative_get_draft_params(s_.spec, 0) = {
             /* .drafting = */ true,
@@ -224,7 +226,7 @@ sa_status Run::loop() {
     if (adaptive_) s_.adaptive.reset(n_cap_, uses_draft_context(s_.sparams.type) ? 1 : 0);
     n_past_ = (int32_t) prompt_tgt_.size();
     common_speculative_begin(s_.spec, 0, prompt_tgt_);
-    if (s_.autod) s_.autod->begin(prompt_tgt_, p_.prompt, p_.n_prompt, fresh_);
+    if (s_.autod) s_.autod->begin(prompt_tgt_, p_.prompt, p_.n_prompt, fresh_, p_.sampling.temp > 0.0f);
     t_decode_start_ = ggml_time_us();
 
     while (true) {

@@ -280,6 +280,24 @@ sa_status sa_testing_poll_stats(const sa_session * session, int32_t which, uint6
  * depend on the machine's load. */
 sa_status sa_testing_fix_step_cost(sa_session * session, double plain_us, double intercept_us,
                                    double per_token_us);
+/* Spec "auto" only: as sa_testing_fix_step_cost, with the cost of a step by
+ * the number of drafted tokens it verifies, us_by_length[0..n-1] (past the
+ * end, the last difference goes on). bench/bench_auto.py --fixed-cost prices
+ * every step with bench/bench_verify_cost.py's table this way. */
+sa_status sa_testing_fix_step_cost_table(sa_session * session, const double * us_by_length, int32_t n);
+/* Feeds a fresh step-cost model (what "auto" and n_draft="auto" price draft
+ * lengths with) count observed steps, (n_verified[i] drafted tokens, us[i]
+ * microseconds) in order, then stores its predicted cost of a step verifying
+ * query[j] drafted tokens in out[j]. No session: a probe of the model alone. */
+sa_status sa_testing_step_cost(const int32_t * n_verified, const int64_t * us, int32_t count,
+                               const int32_t * query, int32_t n_query, double * out);
+/* Feeds a fresh acceptance model (per draft position, as "auto" keeps one per
+ * drafter) count checked drafts, (n_checked[i] positions compared,
+ * n_accepted[i] of them accepted) in order, then stores in out[0..n_cap] the
+ * expected tokens of a step drafting 0..n_cap tokens. later_floor and
+ * first_prior as in native/adaptive.h. No session: a probe of the model alone. */
+sa_status sa_testing_expected_tokens(const int32_t * n_checked, const int32_t * n_accepted, int32_t count,
+                                     int32_t n_cap, double later_floor, double first_prior, double * out);
 /* The compute threads the session's target context uses now for decode and
  * for prompt batches (set per run by the thread budget). Call it from the
  * run's own thread (its event callback) or between runs. */

@@ -1,10 +1,12 @@
 // Test probes: ABI calls that the test suite and benchmarks use to inspect a
 // session. Not part of generation; declared in the TESTING section of
 // spec_actor.h.
+#include "adaptive.h"
 #include "session.h"
 
 #include "common.h"
 
+#include <algorithm>
 #include <cstring>
 #include <utility>
 
@@ -76,7 +78,66 @@ extern "C" sa_status sa_testing_fix_step_cost(sa_session * s, double plain_us, d
     if (!(plain_us > 0) || !(intercept_us > 0) || !(per_token_us >= 0)) {
         return fail(SA_ERR_INVALID_ARG, "sa_testing_fix_step_cost: costs must be positive");
     }
-    s->autod->fix_step_cost(plain_us, intercept_us, per_token_us);
+    std::vector<double> table(SA_MAX_DRAFT_POS + 1);
+    for (size_t n = 0; n < table.size(); ++n) table[n] = n == 0 ? plain_us : intercept_us + per_token_us * (double) n;
+    s->autod->fix_step_cost(std::move(table));
+    return SA_OK;
+}
+
+extern "C" sa_status sa_testing_fix_step_cost_table(sa_session * s, const double * us_by_length, int32_t n) {
+    if (s == nullptr || us_by_length == nullptr) return fail(SA_ERR_INVALID_ARG, "sa_testing_fix_step_cost_table: null argument");
+    if (!s->autod) return fail(SA_ERR_INVALID_ARG, "sa_testing_fix_step_cost_table: the session's spec is not auto");
+    if (n < 1 || n > SA_MAX_DRAFT_POS + 1) {
+        return fail(SA_ERR_INVALID_ARG, "sa_testing_fix_step_cost_table: need 1..SA_MAX_DRAFT_POS+1 costs");
+    }
+    for (int32_t i = 0; i < n; ++i) {
+        if (!(us_by_length[i] > 0)) return fail(SA_ERR_INVALID_ARG, "sa_testing_fix_step_cost_table: costs must be positive");
+    }
+    s->autod->fix_step_cost(std::vector<double>(us_by_length, us_by_length + n));
+    return SA_OK;
+}
+
+extern "C" sa_status sa_testing_step_cost(const int32_t * n_verified, const int64_t * us, int32_t count,
+                                          const int32_t * query, int32_t n_query, double * out) {
+    if (count < 0 || n_query < 0 || (count > 0 && (n_verified == nullptr || us == nullptr)) ||
+        (n_query > 0 && (query == nullptr || out == nullptr))) {
+        return fail(SA_ERR_INVALID_ARG, "sa_testing_step_cost: null argument or negative count");
+    }
+    for (int32_t i = 0; i < count; ++i) {
+        if (n_verified[i] < 0 || n_verified[i] > SA_MAX_DRAFT_POS || us[i] < 0) {
+            return fail(SA_ERR_INVALID_ARG, "sa_testing_step_cost: lengths must be 0..SA_MAX_DRAFT_POS, times >= 0");
+        }
+    }
+    for (int32_t j = 0; j < n_query; ++j) {
+        if (query[j] < 0 || query[j] > SA_MAX_DRAFT_POS) {
+            return fail(SA_ERR_INVALID_ARG, "sa_testing_step_cost: query lengths must be 0..SA_MAX_DRAFT_POS");
+        }
+    }
+    sa::StepCost cost;
+    for (int32_t i = 0; i < count; ++i) cost.observe(n_verified[i], us[i]);
+    for (int32_t j = 0; j < n_query; ++j) out[j] = cost.at(query[j]);
+    return SA_OK;
+}
+
+extern "C" sa_status sa_testing_expected_tokens(const int32_t * n_checked, const int32_t * n_accepted, int32_t count,
+                                                int32_t n_cap, double later_floor, double first_prior, double * out) {
+    if (count < 0 || (count > 0 && (n_checked == nullptr || n_accepted == nullptr)) || out == nullptr ||
+        n_cap < 0 || n_cap > SA_MAX_DRAFT_POS || !(later_floor >= 0 && later_floor <= 1) ||
+        !(first_prior >= 0 && first_prior <= 1)) {
+        return fail(SA_ERR_INVALID_ARG, "sa_testing_expected_tokens: null argument, n_cap outside 0..SA_MAX_DRAFT_POS "
+                                        "or a prior outside 0..1");
+    }
+    sa::PositionAcceptance accept;
+    accept.reset(n_cap, later_floor);
+    for (int32_t i = 0; i < count; ++i) {
+        if (n_accepted[i] < 0 || n_checked[i] < n_accepted[i]) {
+            return fail(SA_ERR_INVALID_ARG, "sa_testing_expected_tokens: need 0 <= n_accepted <= n_checked");
+        }
+        accept.observe(n_checked[i], n_accepted[i]);
+    }
+    std::vector<double> expected;
+    accept.expected(expected, first_prior);
+    std::copy(expected.begin(), expected.end(), out);
     return SA_OK;
 }
 

@@ -57,3 +57,39 @@ def threads_in_use(handle: SessionHandle) -> tuple[int, int]:
     n, n_batch = ffi.new("int32_t *"), ffi.new("int32_t *")
     check(lib.sa_testing_threads_in_use(handle, n, n_batch), "threads in use")
     return n[0], n_batch[0]
+
+
+def step_cost(observed: list[tuple[int, int]], query: list[int]) -> list[float]:
+    """Predicted step costs (us) of a fresh step-cost model after ``observed``.
+
+    ``observed``: (drafted tokens verified, microseconds) per step, in order;
+    ``query``: the draft lengths to predict. The model is the one ``auto`` and
+    ``n_draft="auto"`` price draft lengths with; no session is involved.
+    """
+    n = ffi.new("int32_t[]", [o[0] for o in observed] or [0])
+    us = ffi.new("int64_t[]", [o[1] for o in observed] or [0])
+    q = ffi.new("int32_t[]", query or [0])
+    out = ffi.new("double[]", max(len(query), 1))
+    check(lib.sa_testing_step_cost(n, us, len(observed), q, len(query), out), "step cost")
+    return [out[j] for j in range(len(query))]
+
+
+def expected_tokens(checked: list[tuple[int, int]], n_cap: int, *, later_floor: float = 0.0,
+                    first_prior: float = 0.6) -> list[float]:
+    """Expected tokens of a step drafting 0..n_cap tokens, from a fresh acceptance model after ``checked``.
+
+    ``checked``: (positions compared, of which accepted) per draft, in order;
+    the model is the per-drafter one of ``auto`` (``later_floor`` 0 there,
+    ``first_prior`` 0.6 greedy, 0.3 sampled). No session is involved.
+    """
+    n = ffi.new("int32_t[]", [c[0] for c in checked] or [0])
+    a = ffi.new("int32_t[]", [c[1] for c in checked] or [0])
+    out = ffi.new("double[]", n_cap + 1)
+    check(lib.sa_testing_expected_tokens(n, a, len(checked), n_cap, later_floor, first_prior, out), "expected tokens")
+    return [out[j] for j in range(n_cap + 1)]
+
+
+def fix_step_cost_table(handle: SessionHandle, us_by_length: list[float]) -> None:
+    """Fix an auto session's step cost to ``us_by_length[n]`` for a step verifying n drafted tokens."""
+    buf = ffi.new("double[]", us_by_length)
+    check(lib.sa_testing_fix_step_cost_table(handle, buf, len(us_by_length)), "fix step cost table")
