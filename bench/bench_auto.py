@@ -247,8 +247,8 @@ def main() -> int:
     for w in works:
         measure(model, w, args.reps, args.tokens, args.threads, cost_us)
     load_after = os.getloadavg()[0]
-    how = "priced with the measured step-cost table" if args.priced else "median of"
-    print(f"\nGemma 3 270M Q4_K_M, {args.tokens} tokens per request, {how} {args.reps} runs after a warm-up, "
+    how = "steps priced with the measured step-cost table, median of" if args.priced else "median of"
+    print(f"\nGemma 3 270M Q4_K_M, {args.tokens} tokens per request, {how} {args.reps} run(s) after a warm-up, "
           f"{os.cpu_count()} CPUs, load average {load_before:.2f} before and {load_after:.2f} after\n")
     table(works)
     ok = targets(works) if not args.only and not args.modes else True
