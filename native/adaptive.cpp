@@ -111,7 +111,8 @@ void StepCost::observe(int32_t n_verified, int64_t us) {
     // are no longer "slow" and count fully.
     const double x = n_verified;
     const bool first = s_w_ <= 0.0;
-    const double predicted = at(n_verified);
+    const double line_n = line(n_verified), shape_n = shape(n_verified);
+    const double predicted = line_n * shape_n;
     double y = (double) us, w = 1.0;
     if (!first && y > predicted) {
         y = std::min(y, kOutlier * predicted);
@@ -121,8 +122,8 @@ void StepCost::observe(int32_t n_verified, int64_t us) {
     // as it stood, and the line learns the step with that length's ratio
     // taken out (fitting the raw cost instead, both parts absorbed a change
     // of load and the prediction overshot it).
-    const double ratio = first ? 1.0 : y / line(n_verified);
-    const double y_line = y / shape(n_verified);
+    const double ratio = first ? 1.0 : y / line_n;
+    const double y_line = y / shape_n;
     s_w_ = s_w_ * kDecay + w;
     s_x_ = s_x_ * kDecay + w * x;
     s_y_ = s_y_ * kDecay + w * y_line;

@@ -125,6 +125,8 @@ void AutoDrafter::note_cost(Arm & arm, int64_t t0) {
 void AutoDrafter::draft_with(Arm & arm, int32_t n_max, llama_pos n_past, llama_token id_last,
                              const llama_tokens & prompt_tgt) {
     arm.proposal.clear();
+    arm.proposed = false;
+    if (arm.id == SA_SPEC_NGRAM_CACHE && !ngram_cache_can_draft(prompt_tgt.size() + 1)) return;
     const int64_t t0 = ggml_time_us();
     common_speculative_get_draft_params(arm.spec, 0) = {
         /* .drafting = */ true,
@@ -171,15 +173,8 @@ void AutoDrafter::draft(int32_t n_max, llama_pos n_past, llama_token id_last, co
     ++steps_;
     n_max = std::min(n_max, n_cap_);
     if (n_max <= 0) return;
-    const bool cache_ok = ngram_cache_can_draft(prompt_tgt.size() + 1);
     for (Arm & arm : cheap_) {
-        if (arm.id == SA_DRAFTER_MEMORY) continue;
-        if (arm.id == SA_SPEC_NGRAM_CACHE && !cache_ok) {
-            arm.proposal.clear();
-            arm.proposed = false;
-            continue;
-        }
-        draft_with(arm, n_max, n_past, id_last, prompt_tgt);
+        if (arm.id != SA_DRAFTER_MEMORY) draft_with(arm, n_max, n_past, id_last, prompt_tgt);
     }
     propose_from_memory(n_max);
 
