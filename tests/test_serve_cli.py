@@ -97,6 +97,9 @@ def test_serve_and_query_example():
     assert done.returncode == 0, done.stderr[-3000:]
     out = done.stdout
     assert re.search(r"^serving on http://127\.0\.0\.1:\d+$", out, re.M)
-    assert "completion: ' red, blue, and yellow." in out and "(8 tokens)" in out
+    # Greedy text at a logit near-tie differs between SIMD paths and thread counts
+    # (docs/decisions/0031), so the shape is asserted, not one machine's words.
+    completion = re.search(r"^completion: (['\"])(.+)\1 \((\d+) tokens\)$", out, re.M)
+    assert completion and completion.group(2).strip() and completion.group(3) == "8", out
     assert re.search(r'^spec_actor:generation_tokens_total\{model_name="gemma-3-270m-q4_k_m"\} 16\.0$', out, re.M)
     assert out.rstrip().endswith("stopped")
