@@ -21,12 +21,6 @@ constexpr int32_t kAutoModelDraft = 3;
 // draft model given (EAGLE-3 or DFlash when it names target layers), else
 // the model's own MTP layers when it was loaded with them.
 int32_t auto_model_drafter(const sa_session & s) {
-    // A target whose memory cannot drop a partial sequence (recurrent or
-    // hybrid) restores checkpoints after a partial acceptance; a model
-    // drafter next to the n-gram arms there failed to decode ("failed to
-    // initialize batch"), so auto drafts with the n-gram arms and the memory
-    // only. Spec("draft-mtp") and the fixed draft types still work there.
-    if (llama_model_is_recurrent(s.model->model) || llama_model_is_hybrid(s.model->model)) return SA_SPEC_NONE;
     if (s.draft_model != nullptr) {
         const uint32_t n_ids = llama_model_target_layer_ids_n(s.draft_model->model);
         return n_ids == 3 ? SA_SPEC_DRAFT_EAGLE3 : n_ids > 0 ? SA_SPEC_DRAFT_DFLASH : SA_SPEC_DRAFT_SIMPLE;
@@ -37,11 +31,18 @@ int32_t auto_model_drafter(const sa_session & s) {
 
 }  // namespace
 
-void resolve_auto(sa_session & s) {
+void resolve_auto(sa_session & s, const sa_context_params & c) {
     if (s.sparams.type != SA_SPEC_AUTO) return;
-    s.auto_n_cap = s.sparams.n_draft;
-    s.sparams.type = auto_model_drafter(s);
-    s.sparams.n_draft = std::min(kAutoModelDraft, s.auto_n_cap);
+    s.auto_n_cap = std::min(s.sparams.n_draft, (int32_t) c.n_batch - 1);
+    int32_t model_n = std::min(kAutoModelDraft, s.auto_n_cap);
+    // A small n_ubatch shortens the model drafter's drafts to what fits
+    // (min_ubatch: recurrent snapshots, DFlash's non-causal block), or leaves it out.
+    int32_t model = s.auto_n_cap > 0 ? auto_model_drafter(s) : SA_SPEC_NONE;
+    while (model_n > 0 && min_ubatch(model, model_n, *s.model) > (int32_t) c.n_ubatch) --model_n;
+    if (model_n <= 0) model = SA_SPEC_NONE;
+    if (s.auto_n_cap <= 0) s.auto_n_cap = 0;  // nothing fits beside the verified token: plain decoding
+    s.sparams.type = model;
+    s.sparams.n_draft = std::max(model_n, 0);
     s.sparams.n_min = 0;
     s.sparams.adaptive = 0;
 }

@@ -127,7 +127,8 @@ sa_status check_draft_vocab(const sa_model & target, const sa_model & draft) {
 }  // namespace
 
 sa_status validate_context_params(const sa_context_params & c) {
-    if (c.n_batch < 1) return fail(SA_ERR_INVALID_ARG, range_msg("n_batch", c.n_batch, "must be >= 1"));
+    // common_context_can_seq_rm probes the context with a 2-token batch
+    if (c.n_batch < 2) return fail(SA_ERR_INVALID_ARG, range_msg("n_batch", c.n_batch, "must be at least 2"));
     if (c.n_ubatch < 1 || c.n_ubatch > c.n_batch) {
         return fail(SA_ERR_INVALID_ARG, range_msg("n_ubatch", c.n_ubatch, "must be between 1 and n_batch"));
     }
@@ -155,7 +156,8 @@ sa_status validate_spec_params(const sa_spec_params & s, const sa_context_params
     if (s.n_min < 0 || s.n_min > s.n_draft) return fail(SA_ERR_INVALID_ARG, range_msg("n_min", s.n_min, "0..n_draft"));
     if (!(s.p_min >= 0.0f && s.p_min <= 1.0f)) return fail(SA_ERR_INVALID_ARG, range_msg("p_min", s.p_min, "0..1"));
     if (!(s.p_split >= 0.0f && s.p_split <= 1.0f)) return fail(SA_ERR_INVALID_ARG, range_msg("p_split", s.p_split, "0..1"));
-    if ((int64_t) c.n_batch < (int64_t) s.n_draft + 1) {
+    // auto's ceiling follows n_batch (resolve_auto); a fixed type's draft must fit one batch
+    if (s.type != SA_SPEC_AUTO && (int64_t) c.n_batch < (int64_t) s.n_draft + 1) {
         return fail(SA_ERR_INVALID_ARG, "n_batch must be at least n_draft + 1 to verify a whole draft in one batch");
     }
     if (s.ngram_size_n < 1 || s.ngram_size_n > 1024 || s.ngram_size_m < 1 || s.ngram_size_m > 1024 ||
@@ -166,6 +168,18 @@ sa_status validate_spec_params(const sa_spec_params & s, const sa_context_params
         return fail(SA_ERR_INVALID_ARG, "ngram_mod_n_match must be 1..1024, ngram_mod_n_min >= 0, ngram_mod_n_max >= 1");
     }
     return SA_OK;
+}
+
+sa_status check_ubatch(int32_t type, int32_t n_draft, const sa_model & target, const sa_context_params & c) {
+    const int32_t need = min_ubatch(type, n_draft, target);
+    if ((int64_t) c.n_ubatch >= need) return SA_OK;
+    const std::string why = spec_facts(type).noncausal_block
+        ? "its drafter decodes the n_draft + 1 block in one non-causal micro-batch"
+        : "on a recurrent or hybrid target the last n_draft + 1 tokens of a verify batch share one micro-batch so "
+          "the recurrent state can roll back";
+    return fail(SA_ERR_INVALID_ARG, "n_ubatch is " + std::to_string(c.n_ubatch) + " but " + spec_type_name(type) +
+                " with n_draft=" + std::to_string(n_draft) + " needs n_ubatch >= " + std::to_string(need) + " (" + why +
+                "); raise n_ubatch (and n_batch) to " + std::to_string(need) + " or lower n_draft");
 }
 
 sa_status check_spec_models(int32_t type, const sa_model & target, const sa_model * draft) {

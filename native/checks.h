@@ -17,6 +17,9 @@ sa_status validate_spec_params(const sa_spec_params & s, const sa_context_params
 // made for this target). draft may be null.
 sa_status check_spec_models(int32_t type, const sa_model & target, const sa_model * draft);
 
+// n_ubatch against min_ubatch (spec_types.h): an error names the smallest that works.
+sa_status check_ubatch(int32_t type, int32_t n_draft, const sa_model & target, const sa_context_params & c);
+
 // The prompt, budget and sampling parameters of one run on a session.
 sa_status validate_run(const sa_session & s, const sa_run_params & p);
 

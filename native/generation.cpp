@@ -1,5 +1,6 @@
 #include "generation.h"
 #include "checks.h"
+#include "checkpoint.h"
 #include "event_batch.h"
 #include "thread_budget.h"
 
@@ -8,6 +9,7 @@
 #include <algorithm>
 #include <optional>
 #include <string>
+#include <utility>
 
 namespace sa {
 
@@ -28,6 +30,7 @@ struct DraftStep {
     int32_t n_asked = 0;      // draft length asked for (0: a plain step)
     bool drafted = false;     // the drafter ran in this step
     int64_t t_draft_us = 0;
+    int64_t t_checkpoint_us = 0;  // saving the target's state before verifying
 };
 
 class Run {
@@ -36,7 +39,8 @@ public:
         : s_(s), p_(p), smpl_(smpl), events_(llama_model_get_vocab(s.model->model), cb, user),
           vocab_(llama_model_get_vocab(s.model->model)), batch_(s.ctx_tgt),
           mem_tgt_(llama_get_memory(s.ctx_tgt)), mem_dft_(s.ctx_dft ? llama_get_memory(s.ctx_dft) : nullptr),
-          n_ctx_((int32_t) llama_n_ctx(s.ctx_tgt)), adaptive_(s.spec != nullptr && s.sparams.adaptive != 0 && !s.autod),
+          n_ctx_((int32_t) llama_n_ctx(s.ctx_tgt)), n_rs_((int32_t) llama_n_rs_seq(s.ctx_tgt)),
+          adaptive_(s.spec != nullptr && s.sparams.adaptive != 0 && !s.autod),
           n_cap_(s.spec ? s.sparams.n_draft : 0), threads_(s.threads, s.ctx_tgt, s.ctx_dft) {}
 
     sa_status execute();
@@ -51,6 +55,7 @@ private:
     llama_memory_t mem_tgt_;
     llama_memory_t mem_dft_;
     const int32_t n_ctx_;
+    const int32_t n_rs_;  // recurrent snapshots: rejections up to this deep are trimmed with seq_rm
     const bool adaptive_;
     const int32_t n_cap_;
     ThreadShare threads_;  // this run's share of the CPUs (docs/decisions/0027)
@@ -59,8 +64,9 @@ private:
     llama_token id_last_ = -1; // the newest token, not yet decoded
     int32_t n_past_ = 0;
     llama_tokens draft_;
-    common_prompt_checkpoint ckpt_;
+    RollbackPoint rb_;
     RolledBack rolled_back_;
+    int64_t t_restore_us_ = 0;  // the last checkpoint restore, charged to the step that re-verifies
     int64_t t_start_ = 0;
     int64_t t_decode_start_ = 0;
     int32_t n_emitted_ = 0;
@@ -72,13 +78,24 @@ private:
     // nullopt: the prompt is in; otherwise the run ends with that status.
     std::optional<sa_status> prefill();
     sa_status loop();
-    DraftStep draft_step();
+    // Drafts into draft_ (and saves the rollback point); nullopt: go on.
+    std::optional<sa_status> draft_step(DraftStep & d);
+    // Whether a draft of n tokens needs the target's state saved before it is
+    // verified: always where only whole sequences can be removed, and past the
+    // recurrent snapshots where rejections are trimmed from them (n_rs_).
+    bool needs_checkpoint(int32_t n) const { return s_.use_ckpt_tgt || (n_rs_ > 0 && n > n_rs_); }
+    // Removes positions [p0, end) of the sequence; false: llama.cpp refused
+    // (or a test made it refuse, sa_testing_refuse_next_seq_rm).
+    bool trim(llama_memory_t mem, llama_pos p0);
+    // Ends the run with an Error event naming the refused rollback.
+    sa_status rollback_failed(const char * what);
     // Decodes batch_ on the target and feeds it to the drafter. nullopt: done;
     // otherwise the run ends with that status (its Error event delivered).
     std::optional<sa_status> decode(const char * what, const char * drafter_what);
     // Restores the checkpoint after a partial acceptance on a target that cannot
     // drop a partial sequence; the accepted tokens become the next draft.
-    void roll_back(llama_tokens && ids, common_sampler_ptr && smpl_save);
+    // nullopt: rolled back; otherwise the run ends with that status.
+    std::optional<sa_status> roll_back(llama_tokens && ids, common_sampler_ptr && smpl_save);
     // Emits the step's tokens; returns the terminal event kind or -1.
     int emit(const llama_tokens & ids, llama_token * eog_id);
     // A Stats, Done or Eog event (Eog also carries the end-of-generation token).
@@ -153,11 +170,22 @@ sa_status Run::execute() {
     return st;
 }
 
-DraftStep Run::draft_step() {
-    DraftStep d;
-    if (!s_.spec && !s_.autod) return d;
-    ckpt_.update_pos((int64_t) prompt_tgt_.size(), llama_memory_seq_pos_min(mem_tgt_, 0), llama_memory_seq_pos_max(mem_tgt_, 0));
-    if (s_.use_ckpt_dft) ckpt_.update_dft(s_.ctx_dft, 0, LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY);
+bool Run::trim(llama_memory_t mem, llama_pos p0) {
+    if (s_.refuse_next_seq_rm.exchange(false)) return false;
+    return llama_memory_seq_rm(mem, 0, p0, -1);
+}
+
+sa_status Run::rollback_failed(const char * what) {
+    return end_with_error(SA_ERR_DECODE, std::string("rolling back rejected draft tokens failed: ") + what +
+                          "; the request ended here and the session is ready for the next one");
+}
+
+std::optional<sa_status> Run::draft_step(DraftStep & d) {
+    if (!s_.spec && !s_.autod) return std::nullopt;
+    rb_.n_tokens = (int64_t) prompt_tgt_.size();
+    rb_.pos_max = llama_memory_seq_pos_max(mem_tgt_, 0);
+    rb_.has_tgt = false;
+    if (s_.use_ckpt_dft && !rb_.dft.save(s_.ctx_dft, 0)) return rollback_failed("saving the draft context's state");
     const int32_t n_budget = std::max(std::min(n_ctx_ - n_past_ - 2, p_.max_tokens - n_emitted_ - 1), 0);
     d.n_asked = s_.autod ? n_budget : std::min(n_budget, adaptive_ ? s_.adaptive.choose() : n_cap_);
     if (adaptive_) s_.stats.set_n_draft(d.n_asked);
@@ -184,25 +212,33 @@ DraftStep Run::draft_step() {
         d.t_draft_us = ggml_time_us() - t0;
         s_.stats.add(&Counters::t_draft_us, d.t_draft_us);
     }
-    if (!draft_.empty() && s_.use_ckpt_tgt) ckpt_.update_tgt(s_.ctx_tgt, 0, LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY);
-    if (s_.ctx_dft) {
-        if (s_.use_ckpt_dft) ckpt_.load_dft(s_.ctx_dft, 0, LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY);
-        if (mem_dft_) llama_memory_seq_rm(mem_dft_, 0, ckpt_.pos_max + 1, -1);
+    if (!draft_.empty() && needs_checkpoint((int32_t) draft_.size())) {
+        const int64_t t0 = ggml_time_us();
+        if (!rb_.tgt.save(s_.ctx_tgt, 0)) return rollback_failed("saving the target's state before verifying");
+        rb_.has_tgt = true;
+        d.t_checkpoint_us = ggml_time_us() - t0;
     }
-    return d;
+    if (s_.ctx_dft) {
+        if (s_.use_ckpt_dft && !rb_.dft.restore(s_.ctx_dft, 0)) return rollback_failed("restoring the draft context's state");
+        if (mem_dft_ && !trim(mem_dft_, rb_.pos_max + 1)) return rollback_failed("the draft context refused llama_memory_seq_rm");
+    }
+    return std::nullopt;
 }
 
-void Run::roll_back(llama_tokens && ids, common_sampler_ptr && smpl_save) {
+std::optional<sa_status> Run::roll_back(llama_tokens && ids, common_sampler_ptr && smpl_save) {
+    const int64_t t0 = ggml_time_us();
     draft_ = std::move(ids);
-    ckpt_.load_tgt(s_.ctx_tgt, 0, LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY);
-    llama_memory_seq_rm(mem_tgt_, 0, ckpt_.pos_max + 1, -1);
+    if (!rb_.tgt.restore(s_.ctx_tgt, 0)) return rollback_failed("the target refused its saved state");
+    if (!trim(mem_tgt_, rb_.pos_max + 1)) return rollback_failed("the target refused llama_memory_seq_rm after a restore");
     if (s_.ctx_dft) {
-        ckpt_.load_dft(s_.ctx_dft, 0, LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY);
-        if (mem_dft_) llama_memory_seq_rm(mem_dft_, 0, ckpt_.pos_max + 1, -1);
+        if (s_.use_ckpt_dft && !rb_.dft.restore(s_.ctx_dft, 0)) return rollback_failed("the draft context refused its saved state");
+        if (mem_dft_ && !trim(mem_dft_, rb_.pos_max + 1)) return rollback_failed("the draft context refused llama_memory_seq_rm");
     }
-    prompt_tgt_.resize((size_t) ckpt_.n_tokens);
+    prompt_tgt_.resize((size_t) rb_.n_tokens);
     smpl_ = std::move(smpl_save);
     n_past_ = (int32_t) prompt_tgt_.size();
+    t_restore_us_ = ggml_time_us() - t0;
+    return std::nullopt;
 }
 
 int Run::emit(const llama_tokens & ids, llama_token * eog_id) {
@@ -232,7 +268,10 @@ sa_status Run::loop() {
     while (true) {
         if (cancelled()) return SA_CANCELLED;
         threads_.refresh();  // before the drafter decodes too
-        const DraftStep d = draft_.empty() ? draft_step() : DraftStep{};
+        DraftStep d;
+        if (draft_.empty()) {
+            if (auto ended = draft_step(d)) return *ended;
+        }
 
         // verify [id_last, draft...] on the target
         const int64_t t_v0 = ggml_time_us();
@@ -240,11 +279,12 @@ sa_status Run::loop() {
         batch_.add(id_last_, n_past_++, 0, true);
         for (size_t i = 0; i < draft_.size(); ++i) batch_.add(draft_[i], n_past_ + (int32_t) i, 0, true);
         if (auto ended = decode("decoding", "a batch")) return *ended;
-        const int64_t t_verify = ggml_time_us() - t_v0;
+        // the step's checkpoint (or the restore that led to this re-verification) is part of its cost
+        const int64_t t_verify = ggml_time_us() - t_v0 + d.t_checkpoint_us + std::exchange(t_restore_us_, 0);
         s_.stats.add(&Counters::t_verify_us, t_verify);
 
         common_sampler_ptr smpl_save;
-        if (s_.use_ckpt_tgt) smpl_save.reset(common_sampler_clone(smpl_.get()));
+        if (rb_.has_tgt) smpl_save.reset(common_sampler_clone(smpl_.get()));
         const int32_t n_draft = (int32_t) draft_.size();
         const int64_t t_s0 = ggml_time_us();
         llama_tokens ids = common_sampler_sample_and_accept_n(smpl_.get(), s_.ctx_tgt, draft_);
@@ -252,7 +292,8 @@ sa_status Run::loop() {
         s_.stats.add(&Counters::t_sample_us, t_sample);
         if (ids.empty()) return end_with_error(SA_ERR_INTERNAL, "the sampler returned no token");
         const int32_t n_accepted = (int32_t) ids.size() - 1;
-        const bool rolls_back = s_.use_ckpt_tgt && n_accepted < n_draft;
+        const int32_t n_rejected = n_draft - n_accepted;
+        const bool rolls_back = n_rejected > 0 && rb_.has_tgt && (s_.use_ckpt_tgt || n_rejected > n_rs_);
         if (s_.autod) s_.autod->observe(ids, n_draft, t_verify, t_sample, !rolls_back);
         const int32_t drafter = n_draft == 0 ? SA_SPEC_NONE : s_.autod ? s_.autod->active() : s_.sparams.type;
 
@@ -263,7 +304,7 @@ sa_status Run::loop() {
             } else {
                 rolled_back_.n_accepted = std::min(rolled_back_.n_accepted, n_accepted);
             }
-            roll_back(std::move(ids), std::move(smpl_save));
+            if (auto ended = roll_back(std::move(ids), std::move(smpl_save))) return *ended;
             continue;
         }
 
@@ -285,8 +326,9 @@ sa_status Run::loop() {
         llama_token eog_id = -1;
         int terminal = emit(ids, &eog_id);
         draft_.clear();
-        llama_memory_seq_rm(mem_tgt_, 0, n_past_, -1);
-        if (mem_dft_) llama_memory_seq_rm(mem_dft_, 0, n_past_, -1);
+        rb_.has_tgt = false;
+        if (!trim(mem_tgt_, n_past_)) return rollback_failed("the target refused llama_memory_seq_rm");
+        if (mem_dft_ && !trim(mem_dft_, n_past_)) return rollback_failed("the draft context refused llama_memory_seq_rm");
         if (terminal < 0 && n_past_ + 1 >= n_ctx_) terminal = SA_EV_DONE;  // context full
 
         if (terminal >= 0) {

@@ -5,6 +5,7 @@
 #include "shim_internal.h"
 #include "adaptive.h"
 #include "auto_drafter.h"
+#include "spec_types.h"
 #include "stats.h"
 #include "thread_budget.h"
 
@@ -31,6 +32,8 @@ struct sa_session {
     bool use_ckpt_tgt = false;  // the target rolls back from checkpoints (recurrent/hybrid)
     bool use_ckpt_dft = false;
     std::atomic<bool> cancel{false};
+    // Testing (sa_testing_refuse_next_seq_rm): the next llama_memory_seq_rm of a run is refused.
+    std::atomic<bool> refuse_next_seq_rm{false};
     sa::Stats stats;
     sa::AdaptiveDraft adaptive;
     // Spec("auto") (auto_session.cpp); sparams.type then names its model drafter, if any.
@@ -65,8 +68,6 @@ common_speculative_type to_common_type(int32_t type);
 // llama.cpp's name of a speculative type ("ngram-mod", ...).
 std::string spec_type_name(int32_t type);
 
-// Whether the type drafts with a second context (draft model, EAGLE-3, MTP, DFlash).
-bool uses_draft_context(int32_t type);
 
 // Creates the session's thread pools, contexts and common_speculative state
 // from already validated parameters (session_setup.cpp).
@@ -75,9 +76,11 @@ sa_status create_session(sa_session & s, const sa_context_params & c);
 // llama.cpp's speculative parameters of the session's common_speculative.
 common_params_speculative make_spec_params(const sa_session & s);
 
-// Spec("auto"), before the contexts exist: the ceiling goes to auto_n_cap and
-// sparams becomes the model drafter's (MTP, draft model, EAGLE-3) or none.
-void resolve_auto(sa_session & s);
+// Spec("auto"), before the contexts exist: the ceiling (n_draft, at most
+// n_batch - 1) goes to auto_n_cap and sparams becomes the model drafter's
+// (MTP, draft model, EAGLE-3, DFlash) or none. A batch of one token leaves
+// nothing to verify a draft in: auto then decodes plainly.
+void resolve_auto(sa_session & s, const sa_context_params & c);
 
 // Spec("auto"), after create_session made the contexts: the chooser.
 sa_status create_auto_drafter(sa_session & s);

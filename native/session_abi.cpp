@@ -30,8 +30,9 @@ sa_status sa_session_new(sa_model * model, const sa_context_params * cparams, co
         s->draft_ref.reset(sparams->draft_model);
         s->sparams = *sparams;
         s->sparams.draft_model = nullptr;
-        resolve_auto(*s);
+        resolve_auto(*s, *cparams);
         sa_status st2 = check_spec_models(s->sparams.type, *model, s->draft_model);
+        if (st2 == SA_OK) st2 = check_ubatch(s->sparams.type, s->sparams.n_draft, *model, *cparams);
         if (st2 == SA_OK) st2 = create_session(*s, *cparams);
         if (st2 != SA_OK) return st2;
         *out = s.release();

@@ -15,12 +15,6 @@ bool abort_callback(void * data) {
     return static_cast<std::atomic<bool> *>(data)->load(std::memory_order_relaxed);
 }
 
-// Drafters that keep recurrent state across a draft and need llama.cpp's
-// rollback snapshots (n_rs_seq) on the target.
-bool needs_rollback_snapshots(int32_t type) {
-    return type == SA_SPEC_DRAFT_EAGLE3 || type == SA_SPEC_DRAFT_MTP || type == SA_SPEC_DRAFT_DFLASH;
-}
-
 // n_verify: the longest draft a step verifies (auto's ceiling may exceed its model drafter's n_draft).
 llama_context_params make_context_params(const sa_context_params & c, const sa_spec_params & s, int32_t n_verify,
                                          std::atomic<bool> * cancel) {
@@ -147,11 +141,6 @@ common_speculative_type to_common_type(int32_t type) {
 }
 
 std::string spec_type_name(int32_t type) { return common_speculative_type_to_str(to_common_type(type)); }
-
-bool uses_draft_context(int32_t type) {
-    return type == SA_SPEC_DRAFT_SIMPLE || type == SA_SPEC_DRAFT_EAGLE3 || type == SA_SPEC_DRAFT_MTP ||
-           type == SA_SPEC_DRAFT_DFLASH;
-}
 
 sa_status create_session(sa_session & s, const sa_context_params & c) {
     if (sa_status st = create_pools(s, c); st != SA_OK) return st;

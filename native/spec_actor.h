@@ -207,6 +207,16 @@ int32_t sa_event_schema_version(void);
 const char * sa_stats_map_key(int32_t i);
 /* The name of a speculative type (llama.cpp's, or "auto"); NULL if type is not an sa_spec_type. */
 const char * sa_spec_type_name(int32_t type);
+
+/* The facts of one speculative type, from the shim's one table of them
+ * (native/spec_types.cpp): Python's Spec reads its defaults from here. */
+typedef struct {
+    int32_t draft_context;       /* drafts with a second context (draft model, EAGLE-3, MTP, DFlash) */
+    int32_t drafts_full_length;  /* every draft has its full n_draft tokens */
+    int32_t default_n_draft;     /* when the caller gives none (auto: its ceiling) */
+    int32_t rollback_snapshots;  /* on a recurrent target: llama.cpp's n_rs_seq snapshots, not checkpoints */
+} sa_spec_facts;
+sa_status sa_spec_type_facts(int32_t type, sa_spec_facts * out);
 void sa_backend_init(void);
 void sa_set_log_level(int32_t level);  /* 0 silent, 1 errors, 2 warnings, 3 info, 4 debug */
 const char * sa_system_info(void);
@@ -285,6 +295,10 @@ sa_status sa_testing_fix_step_cost(sa_session * session, double plain_us, double
  * end, the last difference goes on). bench/bench_auto.py --fixed-cost prices
  * every step with bench/bench_verify_cost.py's table this way. */
 sa_status sa_testing_fix_step_cost_table(sa_session * session, const double * us_by_length, int32_t n);
+/* The next llama_memory_seq_rm that a run of this session makes is refused,
+ * as llama.cpp refuses a rollback deeper than a recurrent state can undo;
+ * the run must end with an Error event and leave the session usable. */
+sa_status sa_testing_refuse_next_seq_rm(sa_session * session);
 /* Feeds a fresh step-cost model (what "auto" and n_draft="auto" price draft
  * lengths with) count observed steps, (n_verified[i] drafted tokens, us[i]
  * microseconds) in order, then stores its predicted cost of a step verifying

@@ -97,6 +97,12 @@ extern "C" sa_status sa_testing_fix_step_cost_table(sa_session * s, const double
     return SA_OK;
 }
 
+extern "C" sa_status sa_testing_refuse_next_seq_rm(sa_session * s) {
+    if (s == nullptr) return fail(SA_ERR_INVALID_ARG, "sa_testing_refuse_next_seq_rm: null session");
+    s->refuse_next_seq_rm.store(true);
+    return SA_OK;
+}
+
 extern "C" sa_status sa_testing_step_cost(const int32_t * n_verified, const int64_t * us, int32_t count,
                                           const int32_t * query, int32_t n_query, double * out) {
     if (count < 0 || n_query < 0 || (count > 0 && (n_verified == nullptr || us == nullptr)) ||

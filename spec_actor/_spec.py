@@ -24,24 +24,12 @@ draft only what a step asks for (draft-simple and the n-gram types)."""
 
 _NGRAM_MAX = 1024  # the range llama.cpp's command line accepts for n-gram sizes
 
-# Canonical name -> default n_draft. The names are llama.cpp's; the nif layer
-# maps them to native values (tests check both lists agree). Model drafts
-# (a draft model, EAGLE3, MTP, DFlash) default to 3 tokens: each costs a
-# forward pass of the drafter. N-gram lookups are nearly free: 8. "auto"'s
-# n_draft is the ceiling of its online choice (docs/decisions/0024).
-_TYPES: dict[str, int] = {
-    "none": 0,
-    "draft-simple": 3,
-    "draft-eagle3": 3,
-    "draft-mtp": 3,
-    "draft-dflash": 3,
-    "ngram-simple": 8,
-    "ngram-map-k": 8,
-    "ngram-map-k4v": 8,
-    "ngram-mod": 8,
-    "ngram-cache": 8,
-    "auto": 32,
-}
+# Canonical name -> default n_draft, from the shim's one table of speculative
+# types (native/spec_types.cpp). The names are llama.cpp's. Model drafts (a
+# draft model, EAGLE3, MTP, DFlash) default to 3 tokens: each costs a forward
+# pass of the drafter. N-gram lookups are nearly free: 8. "auto"'s n_draft is
+# the ceiling of its online choice (docs/decisions/0024).
+_TYPES: dict[str, int] = {name: facts.default_n_draft for name, facts in schema.SPEC_FACTS.items()}
 _ALIASES = {"mtp": "draft-mtp", "draft": "draft-simple", "eagle3": "draft-eagle3", "dflash": "draft-dflash"}
 _NEEDS_DRAFT_MODEL = frozenset({"draft-simple", "draft-eagle3", "draft-dflash"})
 _TAKES_DRAFT_MODEL = _NEEDS_DRAFT_MODEL | {"auto"}
@@ -50,7 +38,7 @@ _TAKES_DRAFT_MODEL = _NEEDS_DRAFT_MODEL | {"auto"}
 # n_draft="auto" their ceiling therefore stays at the fixed default, so a step
 # never pays for more draft passes than the fixed length would; the adaptive
 # choice trims how much of the draft is verified.
-_DRAFTS_FULL_LENGTH = frozenset({"draft-eagle3", "draft-mtp", "draft-dflash"})
+_DRAFTS_FULL_LENGTH = frozenset(name for name, facts in schema.SPEC_FACTS.items() if facts.drafts_full_length)
 
 SPEC_TYPES: tuple[str, ...] = tuple(_TYPES)
 """The canonical speculative type names, in llama.cpp's order, then ``auto``."""
@@ -188,10 +176,12 @@ class Spec:
     def check_batch(self, n_batch: int) -> None:
         """Check that a context batch of ``n_batch`` tokens can verify a full draft.
 
+        ``auto`` fits its ceiling to the batch (``n_batch - 1``), so any batch does.
+
         Raises:
-            ConfigError: ``n_batch < max_draft + 1`` for a speculative type.
+            ConfigError: ``n_batch < max_draft + 1`` for a fixed speculative type.
         """
-        if self.type != "none" and n_batch < self.max_draft + 1:
+        if self.type not in ("none", "auto") and n_batch < self.max_draft + 1:
             raise ConfigError(
                 f"n_batch={n_batch} is too small for {self.type} with n_draft={self.n_draft!r}: "
                 f"it must be at least {self.max_draft + 1} (n_draft + 1)"

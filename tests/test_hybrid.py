@@ -93,17 +93,55 @@ def test_hybrid_recurrent_block_shapes_the_output(hybrid_model, tiny_paths, plai
     assert differing > N // 2, f"only {differing} of {N} tokens depend on the recurrent block"
 
 
-def test_hybrid_auto_greedy_equals_plain_greedy(hybrid_model, plain_tokens):
-    # auto, the default, on the hybrid model loaded with its NextN layers: it
-    # once failed to decode here ("failed to initialize batch"); it now drafts
-    # with the n-gram arms and the memory only, and rolls back like them
-    with Session(hybrid_model, n_ctx=N_CTX, **CTX) as session:
-        first = session.run(PROMPT, max_tokens=N, temp=0.0)
-        again = session.run(PROMPT, max_tokens=N, temp=0.0)
-    assert (first.status, again.status) == ("done", "done"), (first.terminal, again.terminal)
-    assert first.tokens == plain_tokens and again.tokens == plain_tokens
-    assert again.stats.drafts_accepted > 0, again.stats.summary()
-    assert "draft-mtp" not in {d.name for d in first.stats.drafters}
+# Prompts that share words with PROMPT in another order: the memory and the
+# n-gram arms propose continuations that the target leaves part-way.
+AUTO_PROMPTS = (PROMPT, PROMPT.replace("dog", "bird"), "the dog and the cat and the dog and the cat", PROMPT + " cat")
+
+
+def test_hybrid_auto_uses_mtp_and_greedy_equals_plain_greedy(hybrid_model):
+    """auto, the default, on the hybrid NextN model: MTP is one of its arms.
+
+    The target keeps llama.cpp's recurrent snapshots for MTP's 3-token drafts
+    (n_rs_seq = 3) while the n-gram arms and the memory draft up to 32: a
+    rejection deeper than 3 must restore a checkpoint taken before the verify
+    batch (it once went unnoticed and the next decode failed). A flat step
+    cost makes auto verify whole proposals, so both kinds of rejection
+    happen; the output stays exactly plain greedy's.
+    """
+    from spec_actor.nif import testing as nt
+
+    rejected: list[int] = []
+    mtp_accepted = 0
+    with Session(hybrid_model, n_ctx=N_CTX, **CTX) as session, \
+            Session(hybrid_model, n_ctx=N_CTX, spec="none", **CTX) as plain:
+        nt.fix_step_cost_table(session._handle, [1000.0] * 33)
+        for prompt in AUTO_PROMPTS:
+            events: list = []
+            result = session.run(prompt, max_tokens=N, temp=0.0, emit_stats_every=1, on_events=events.extend)
+            reference = plain.run(prompt, max_tokens=N, temp=0.0)
+            assert result.status == "done", result.terminal
+            assert result.tokens == reference.tokens, prompt
+            steps = steps_of(events)
+            assert sum(st.tokens for st in steps) == N
+            rejected += [st.drafted - st.accepted for st in steps if st.drafted > st.accepted]
+            mtp_accepted += sum(d.accepted for d in result.stats.drafters if d.name == "draft-mtp")
+    assert mtp_accepted > 0, "auto never had an MTP draft accepted"
+    assert any(r > 3 for r in rejected), f"no rejection deeper than the 3 snapshots: {rejected}"
+    assert any(r <= 3 for r in rejected), f"no rejection the snapshots undo: {rejected}"
+
+
+def test_a_refused_seq_rm_ends_the_request_with_an_error_and_the_next_equals_a_fresh_session(
+        hybrid_model, plain_tokens):
+    from spec_actor.nif import testing as nt
+
+    with Session(hybrid_model, n_ctx=N_CTX, spec=Spec("mtp", n_draft=3), **CTX) as session:
+        nt.refuse_next_seq_rm(session._handle)
+        refused = session.run(PROMPT, max_tokens=N, temp=0.0)
+        after = session.run(PROMPT, max_tokens=N, temp=0.0)
+    assert refused.status == "error", refused.terminal
+    assert "llama_memory_seq_rm" in refused.terminal.reason and "rolling back" in refused.terminal.reason
+    assert len(refused.tokens) < N
+    assert after.status == "done" and after.tokens == plain_tokens
 
 
 @pytest.mark.parametrize("n_draft", [1, 3, 6])

@@ -7,6 +7,7 @@ stats map keys through ``sa_stats_map_key``. Nothing here is typed twice.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Literal
 
 from ._raw import ffi, lib
@@ -84,6 +85,35 @@ def _spec_type_ids() -> dict[str, int]:
 
 SPEC_TYPE_IDS: dict[str, int] = _spec_type_ids()
 """llama.cpp's speculative type names -> ``sa_spec_type`` values, in llama.cpp's order."""
+
+@dataclass(frozen=True)
+class SpecFacts:
+    """One row of the shim's table of speculative types (native/spec_types.cpp)."""
+
+    draft_context: bool
+    """Drafts with a second context: a draft model, EAGLE-3, MTP or DFlash."""
+    drafts_full_length: bool
+    """Every draft has its full ``n_draft`` tokens (a drafter forward pass each)."""
+    default_n_draft: int
+    """``n_draft`` when the caller gives none (for ``auto``, its ceiling)."""
+    rollback_snapshots: bool
+    """On a recurrent or hybrid target, rejections roll back from llama.cpp's
+    recurrent snapshots (``n_ubatch >= n_draft + 2``), not from checkpoints."""
+
+
+def _spec_facts() -> dict[str, SpecFacts]:
+    facts = {}
+    out = ffi.new("sa_spec_facts *")
+    for name, value in SPEC_TYPE_IDS.items():
+        if lib.sa_spec_type_facts(value, out) != lib.SA_OK:
+            raise RuntimeError(f"the native library has no facts for speculative type {name}")
+        facts[name] = SpecFacts(bool(out.draft_context), bool(out.drafts_full_length), int(out.default_n_draft),
+                                bool(out.rollback_snapshots))
+    return facts
+
+
+SPEC_FACTS: dict[str, SpecFacts] = _spec_facts()
+"""llama.cpp's speculative type names (and ``auto``) -> their facts, from the shim's one table."""
 
 DRAFTER_NAMES: tuple[str, ...] = tuple(ffi.string(lib.sa_drafter_name(i)).decode() for i in range(lib.SA_N_DRAFTERS))
 """Drafter names by native drafter id (``sa_drafter``): speculative type names

@@ -93,3 +93,8 @@ def fix_step_cost_table(handle: SessionHandle, us_by_length: list[float]) -> Non
     """Fix an auto session's step cost to ``us_by_length[n]`` for a step verifying n drafted tokens."""
     buf = ffi.new("double[]", us_by_length)
     check(lib.sa_testing_fix_step_cost_table(handle, buf, len(us_by_length)), "fix step cost table")
+
+
+def refuse_next_seq_rm(handle: SessionHandle) -> None:
+    """Make the session's next ``llama_memory_seq_rm`` refuse, as a too-deep recurrent rollback does."""
+    check(lib.sa_testing_refuse_next_seq_rm(handle), "refuse next seq_rm")
