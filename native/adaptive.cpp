@@ -148,18 +148,23 @@ void AdaptiveDraft::reset(int32_t n_cap, int32_t n_floor) {
     cost_.reset();
 }
 
+LengthChoice best_length(const std::vector<double> & expected, const StepCost & cost, int32_t n_lo, int32_t n_hi,
+                         double extra_us, double sample_us, double min_expected) {
+    LengthChoice best{n_lo - 1, 0.0};
+    n_hi = std::min(n_hi, (int32_t) expected.size() - 1);
+    for (int32_t n = std::max(n_lo, 0); n <= n_hi; ++n) {
+        const double e = expected[(size_t) n];
+        if (e < min_expected) continue;
+        const double rate = e / (cost.at(n) + extra_us + sample_us * e);
+        if (rate > best.rate * kLongerMustBeat) best = {n, rate};
+    }
+    return best;
+}
+
 int32_t AdaptiveDraft::choose() {
     ++steps_;
     accept_.expected(expected_);
-    double best_rate = 0;
-    int32_t best_n = n_floor_;
-    for (int32_t n = n_floor_; n <= n_cap_; ++n) {
-        const double rate = expected_[(size_t) n] / cost_.at(n);
-        if (rate > best_rate * 1.0001) {
-            best_rate = rate;
-            best_n = n;
-        }
-    }
+    int32_t best_n = std::max(best_length(expected_, cost_, n_floor_, n_cap_).n, n_floor_);
     if (steps_ % kExploreEvery == 0 && best_n < n_cap_) {
         ++best_n;
     }

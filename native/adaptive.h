@@ -76,6 +76,24 @@ private:
     double shape(int32_t n) const;
 };
 
+// A draft length and the expected tokens per microsecond of a step drafting it.
+struct LengthChoice {
+    int32_t n = 0;
+    double rate = 0;
+};
+
+// A longer draft must beat a shorter one's rate by this factor (ties go to the shorter).
+constexpr double kLongerMustBeat = 1.0001;
+
+// The one draft-length chooser of every drafter: the length n in [n_lo, n_hi]
+// with the most expected tokens per microsecond,
+//   expected[n] / (cost.at(n) + extra_us + sample_us * expected[n]),
+// where extra_us is the drafting time of the step and sample_us the sampling
+// time per token made. Lengths whose expected tokens are under min_expected
+// are passed over; {n_lo - 1, 0} when none is left.
+LengthChoice best_length(const std::vector<double> & expected, const StepCost & cost, int32_t n_lo, int32_t n_hi,
+                         double extra_us = 0, double sample_us = 0, double min_expected = 0);
+
 // Picks the draft length n that maximises expected tokens per unit of time:
 //   expected(n) / step_cost(n)
 // Every kExploreEvery-th step asks one token more than the best, so positions

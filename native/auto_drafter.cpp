@@ -24,7 +24,6 @@ constexpr CheapKind kNgramKinds[] = {
 };
 constexpr double kCostDecay = 0.9;             // draft-time means follow about 10 calls
 constexpr uint64_t kModelExploreEvery = 32;    // the model drafter drafts at least this often
-constexpr double kBetter = 1.0001;             // a rate must beat the best by this factor
 constexpr int32_t kExploreLength = 4;          // draft length of an exploring step when plain won
 // Prior at a position past the first: the previous position's rate, with no
 // floor. With several drafters and plain steps to fall back on, a drafter
@@ -92,22 +91,23 @@ void AutoDrafter::init(common_params_speculative base, common_speculative * mode
     verify_.reset();
 }
 
-void AutoDrafter::begin(const llama_tokens & prompt_tgt, const int32_t * prompt, int32_t n_prompt, bool fresh,
-                        bool sampled) {
-    first_prior_ = sampled ? PositionAcceptance::kSampledFirstPrior : PositionAcceptance::kGreedyFirstPrior;
-    if (fresh) {
+void AutoDrafter::begin(const RunStart & start) {
+    first_prior_ = start.sampled ? PositionAcceptance::kSampledFirstPrior : PositionAcceptance::kGreedyFirstPrior;
+    if (start.fresh) {
         make_arms();
         model_arm_.accept.reset(model_n_max_, kLaterFloor);
         verify_.reset();
     }
     for (Arm & arm : cheap_) {
-        if (arm.spec) common_speculative_begin(arm.spec, 0, prompt_tgt);
+        if (arm.spec) common_speculative_begin(arm.spec, 0, start.prompt_tgt);
         arm.proposed = false;
     }
+    if (model_ != nullptr) common_speculative_begin(model_, 0, start.prompt_tgt);
     memory_->begin_sequence();
-    memory_->append(prompt, (size_t) n_prompt);
+    memory_->append(start.prompt, (size_t) start.n_prompt);
     pending_ = false;
     chosen_ = 0;
+    last_n_ = 0;
 }
 
 double AutoDrafter::cheap_cost() const {
@@ -116,29 +116,15 @@ double AutoDrafter::cheap_cost() const {
     return sum;
 }
 
-void AutoDrafter::note_cost(Arm & arm, int64_t t0) {
-    const double dt = (double) (ggml_time_us() - t0);
+void AutoDrafter::note_cost(Arm & arm, int64_t dt_us) {
+    const double dt = (double) dt_us;
     arm.cost_us = arm.costed ? kCostDecay * arm.cost_us + (1.0 - kCostDecay) * dt : dt;
     arm.costed = true;
 }
 
-void AutoDrafter::draft_with(Arm & arm, int32_t n_max, llama_pos n_past, llama_token id_last,
-                             const llama_tokens & prompt_tgt) {
+void AutoDrafter::draft_with(Arm & arm, const DraftInput & in) {
     arm.proposal.clear();
-    arm.proposed = false;
-    if (arm.id == SA_SPEC_NGRAM_CACHE && !ngram_cache_can_draft(prompt_tgt.size() + 1)) return;
-    const int64_t t0 = ggml_time_us();
-    common_speculative_get_draft_params(arm.spec, 0) = {
-        /* .drafting = */ true,
-        /* .n_max    = */ n_max,
-        /* .pos0     = */ n_past,
-        /* .id_last  = */ id_last,
-        /* .prompt   = */ &prompt_tgt,
-        /* .result   = */ &arm.proposal,
-    };
-    common_speculative_draft(arm.spec);
-    note_cost(arm, t0);
-    if ((int32_t) arm.proposal.size() > n_max) arm.proposal.resize((size_t) n_max);
+    note_cost(arm, draft_call(arm.spec, arm.id, in, arm.proposal));
     arm.proposed = !arm.proposal.empty();
     if (arm.proposed && arm.spec == model_) model_drafted_ = true;
 }
@@ -159,22 +145,23 @@ void AutoDrafter::propose_from_memory(int32_t n_max) {
     for (Arm & arm : cheap_) {
         if (arm.id == SA_DRAFTER_MEMORY && match >= arm.min_match) target = &arm;
     }
-    note_cost(*last, t0);  // the lookup's cost, counted once
+    note_cost(*last, ggml_time_us() - t0);  // the lookup's cost, counted once
     if (target == nullptr || proposal_.empty()) return;
     target->proposal.swap(proposal_);
     target->proposed = true;
 }
 
-void AutoDrafter::draft(int32_t n_max, llama_pos n_past, llama_token id_last, const llama_tokens & prompt_tgt,
-                        llama_tokens & draft) {
+void AutoDrafter::draft(const DraftInput & in, llama_tokens & draft) {
     draft.clear();
     chosen_ = 0;
+    last_n_ = 0;
     pending_ = true;
     ++steps_;
-    n_max = std::min(n_max, n_cap_);
+    const int32_t n_max = std::min(in.n_max, n_cap_);
     if (n_max <= 0) return;
+    const DraftInput capped{n_max, in.n_past, in.id_last, in.prompt_tgt};
     for (Arm & arm : cheap_) {
-        if (arm.id != SA_DRAFTER_MEMORY) draft_with(arm, n_max, n_past, id_last, prompt_tgt);
+        if (arm.id != SA_DRAFTER_MEMORY) draft_with(arm, capped);
     }
     propose_from_memory(n_max);
 
@@ -183,21 +170,18 @@ void AutoDrafter::draft(int32_t n_max, llama_pos n_past, llama_token id_last, co
     const bool timed = verify_.measured();
     const double d_cheap = timed ? cheap_cost() : 0.0;
     const double s = timed ? sample_us_ : 0.0;
-    // tokens per unit of time of a step that drafts n tokens
-    auto rate_of = [&](double expected, int32_t n, double d) { return expected / (verify_.at(n) + d + s * expected); };
-    double best_rate = rate_of(1.0, 0, d_cheap);
+    static const std::vector<double> kPlainStep{1.0};  // a plain step makes one token
+    double best_rate = best_length(kPlainStep, verify_, 0, 0, d_cheap, s).rate;
     Arm * best = nullptr;
     int32_t best_n = 0;
     for (Arm & arm : cheap_) {
         if (!arm.proposed) continue;
         arm.accept.expected(expected_, first_prior_);
-        for (int32_t n = 1; n <= (int32_t) arm.proposal.size(); ++n) {
-            const double rate = rate_of(expected_[(size_t) n], n, d_cheap);
-            if (rate > best_rate * kBetter) {
-                best_rate = rate;
-                best = &arm;
-                best_n = n;
-            }
+        const LengthChoice c = best_length(expected_, verify_, 1, (int32_t) arm.proposal.size(), d_cheap, s);
+        if (c.rate > best_rate * kLongerMustBeat) {
+            best_rate = c.rate;
+            best = &arm;
+            best_n = c.n;
         }
     }
     if (steps_ % kExploreEvery == 0) explore(best, best_n);
@@ -206,13 +190,14 @@ void AutoDrafter::draft(int32_t n_max, llama_pos n_past, llama_token id_last, co
         const int32_t n_m = std::min(model_n_max_, n_max);
         model_arm_.accept.expected(expected_, first_prior_);
         const double d_m = timed && model_arm_.costed ? model_arm_.cost_us : 0.0;
-        const double rate_m = rate_of(expected_[(size_t) n_m], n_m, d_cheap + d_m);
-        if (rate_m > best_rate * kBetter || steps_ - last_model_step_ >= kModelExploreEvery) {
+        const double rate_m = best_length(expected_, verify_, n_m, n_m, d_cheap + d_m, s).rate;
+        if (rate_m > best_rate * kLongerMustBeat || steps_ - last_model_step_ >= kModelExploreEvery) {
             last_model_step_ = steps_;
-            draft_with(model_arm_, n_m, n_past, id_last, prompt_tgt);
+            draft_with(model_arm_, DraftInput{n_m, in.n_past, in.id_last, in.prompt_tgt});
             if (model_arm_.proposed) {
                 draft = model_arm_.proposal;
                 chosen_ = model_id_;
+                last_n_ = (int32_t) draft.size();
                 return;
             }
         }
@@ -220,6 +205,7 @@ void AutoDrafter::draft(int32_t n_max, llama_pos n_past, llama_token id_last, co
     if (best != nullptr) {
         draft.assign(best->proposal.begin(), best->proposal.begin() + best_n);
         chosen_ = best->id;
+        last_n_ = best_n;
     }
 }
 
@@ -238,23 +224,26 @@ void AutoDrafter::explore(Arm *& best, int32_t & best_n) {
     for (Arm & arm : cheap_) {
         if (!arm.proposed) continue;
         arm.accept.expected(expected_, first_prior_);
-        for (int32_t n = 1; n <= std::min(kExploreLength, (int32_t) arm.proposal.size()); ++n) {
-            const double rate = expected_[(size_t) n] / verify_.at(n);
-            if (expected_[(size_t) n] >= 2.0 && rate > best_rate) {
-                best_rate = rate;
-                best = &arm;
-                best_n = n;
-            }
+        const int32_t n_hi = std::min(kExploreLength, (int32_t) arm.proposal.size());
+        const LengthChoice c = best_length(expected_, verify_, 1, n_hi, 0.0, 0.0, /* min_expected = */ 2.0);
+        if (c.n >= 1 && c.rate > best_rate) {
+            best_rate = c.rate;
+            best = &arm;
+            best_n = c.n;
         }
     }
 }
 
-void AutoDrafter::observe(const llama_tokens & ids, int32_t n_verified, int64_t t_verify_us, int64_t t_sample_us,
-                          bool committed) {
+bool AutoDrafter::process(const common_batch & batch) {
+    return model_ == nullptr || common_speculative_process(model_, batch);
+}
+
+void AutoDrafter::observe(const StepOutcome & out) {
+    const llama_tokens & ids = out.ids;
     if (pending_) {
         pending_ = false;
-        verify_.observe(n_verified, t_verify_us);
-        const double per_token = (double) t_sample_us / (double) std::max<size_t>(ids.size(), 1);
+        verify_.observe(out.n_verified, out.t_verify_us);
+        const double per_token = (double) out.t_sample_us / (double) std::max<size_t>(ids.size(), 1);
         sample_us_ = verify_.measured() && sample_us_ > 0 ? kCostDecay * sample_us_ + (1.0 - kCostDecay) * per_token
                                                           : per_token;
         // Every proposal learns how much of it the target's tokens confirm:
@@ -269,7 +258,7 @@ void AutoDrafter::observe(const llama_tokens & ids, int32_t n_verified, int64_t 
         for (Arm & arm : cheap_) learn(arm);
         learn(model_arm_);
     }
-    if (!committed) return;
+    if (!out.committed) return;
     // The model drafter picks its next hidden state from the verified batch
     // by the accepted count, whoever drafted (llama.cpp asserts that a
     // drafter accepts only after it drafted once).

@@ -17,6 +17,7 @@
 #pragma once
 
 #include "adaptive.h"
+#include "drafter.h"
 #include "token_memory.h"
 
 #include "common.h"
@@ -30,12 +31,12 @@ namespace sa {
 
 class Stats;
 
-class AutoDrafter {
+class AutoDrafter final : public Drafter {
 public:
     AutoDrafter() = default;
     AutoDrafter(const AutoDrafter &) = delete;
     AutoDrafter & operator=(const AutoDrafter &) = delete;
-    ~AutoDrafter();
+    ~AutoDrafter() override;
 
     // Creates the n-gram drafters from base (its types are replaced per kind;
     // draft.n_max is the ceiling). model: the session's model drafter or
@@ -44,37 +45,27 @@ public:
     void init(common_params_speculative base, common_speculative * model, int32_t model_id,
               int32_t model_n_max, TokenMemory * memory);
 
-    // Start of a run: prompt_tgt (the prompt without its last token) and the
-    // whole prompt. fresh: keep nothing from earlier runs (forget() or a
-    // memory of 0 tokens): the n-gram drafters' tables (ngram-mod and
+    // Start of a run. fresh: the n-gram drafters' tables (ngram-mod and
     // ngram-cache keep theirs across runs) and what was learned about each
-    // drafter start over too.
-    // sampled: the run samples (temperature > 0), so drafts are priced with
+    // drafter start over too. sampled: drafts are priced with
     // PositionAcceptance::kSampledFirstPrior until they are measured.
-    void begin(const llama_tokens & prompt_tgt, const int32_t * prompt, int32_t n_prompt, bool fresh,
-               bool sampled);
+    void begin(const RunStart & start) override;
 
-    // Drafts for the step that verifies after id_last at position n_past;
-    // at most n_max tokens (0: a plain step). Fills draft (empty: plain).
-    void draft(int32_t n_max, llama_pos n_past, llama_token id_last, const llama_tokens & prompt_tgt,
-               llama_tokens & draft);
+    // Every arm proposes; the best expected tokens per microsecond is verified.
+    void draft(const DraftInput & in, llama_tokens & draft) override;
 
-    // The step's outcome: ids, the target's tokens (accepted drafts and the
-    // sampled one); n_verified, the draft length verified; the times to
-    // verify it and to sample ids (sampling stops at the first rejected
-    // position: it costs per token made, like plain decoding's, not per
-    // token drafted). When committed is false (a rollback re-verifies ids
-    // next step) the tokens are not yet part of the context.
-    void observe(const llama_tokens & ids, int32_t n_verified, int64_t t_verify_us, int64_t t_sample_us,
-                 bool committed);
+    // Sampling stops at the first rejected position: it costs per token made,
+    // like plain decoding's, not per token drafted. Uncommitted tokens (a
+    // rollback re-verifies them next step) are not yet part of the context.
+    bool process(const common_batch & batch) override;
+    void observe(const StepOutcome & out) override;
+
+    int32_t last_drafter() const override { return chosen_; }
+    int32_t n_draft_in_use() const override { return last_n_; }
 
     // Tests and benchmarks: fixes the step cost (StepCost::fix) for the rest of the session.
     void fix_step_cost(std::vector<double> us_by_length) { verify_.fix(std::move(us_by_length)); }
 
-    // Drafter id (sa_drafter) of the last draft() call.
-    int32_t active() const { return chosen_; }
-    // Whether the last draft() call drafted with the model drafter.
-    bool used_model() const { return chosen_ == model_id_ && model_ != nullptr; }
 
 private:
     struct Arm {
@@ -103,15 +94,15 @@ private:
     uint64_t steps_ = 0;
     uint64_t last_model_step_ = 0;
     int32_t chosen_ = 0;
+    int32_t last_n_ = 0;  // length of the last draft
     bool model_drafted_ = false;  // the model drafter has drafted once (it may accept)
     bool pending_ = false;  // draft() ran and observe() has not yet
     double first_prior_ = PositionAcceptance::kGreedyFirstPrior;
 
     void propose_from_memory(int32_t n_max);
-    void note_cost(Arm & arm, int64_t t0);
+    void note_cost(Arm & arm, int64_t dt_us);
     void explore(Arm *& best, int32_t & best_n);
-    void draft_with(Arm & arm, int32_t n_max, llama_pos n_past, llama_token id_last,
-                    const llama_tokens & prompt_tgt);
+    void draft_with(Arm & arm, const DraftInput & in);
     double cheap_cost() const;
     void make_arms();
     void free_arms();

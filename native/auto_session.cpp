@@ -1,5 +1,6 @@
 // Spec("auto") on a session: which model drafter it may use, its chooser,
 // the cross-request memory's C ABI, and its print_stats summary.
+#include "auto_drafter.h"
 #include "session.h"
 
 #include <algorithm>
@@ -31,34 +32,36 @@ int32_t auto_model_drafter(const sa_session & s) {
 
 }  // namespace
 
-void resolve_auto(sa_session & s, const sa_context_params & c) {
-    if (s.sparams.type != SA_SPEC_AUTO) return;
-    s.auto_n_cap = std::min(s.sparams.n_draft, (int32_t) c.n_batch - 1);
-    int32_t model_n = std::min(kAutoModelDraft, s.auto_n_cap);
+void plan_drafting(sa_session & s, const sa_context_params & c) {
+    const sa_spec_params & p = s.sparams;
+    if (p.type != SA_SPEC_AUTO) {
+        const int32_t n = p.type == SA_SPEC_NONE ? 0 : p.n_draft;
+        s.plan = {p.type, n, n, false};
+        return;
+    }
+    const int32_t n_cap = std::max(std::min(p.n_draft, (int32_t) c.n_batch - 1), 0);
+    int32_t model = n_cap > 0 ? auto_model_drafter(s) : SA_SPEC_NONE;
+    int32_t model_n = std::min(kAutoModelDraft, n_cap);
     // A small n_ubatch shortens the model drafter's drafts to what fits
     // (min_ubatch: recurrent snapshots, DFlash's non-causal block), or leaves it out.
-    int32_t model = s.auto_n_cap > 0 ? auto_model_drafter(s) : SA_SPEC_NONE;
     while (model_n > 0 && min_ubatch(model, model_n, *s.model) > (int32_t) c.n_ubatch) --model_n;
     if (model_n <= 0) model = SA_SPEC_NONE;
-    if (s.auto_n_cap <= 0) s.auto_n_cap = 0;  // nothing fits beside the verified token: plain decoding
-    s.sparams.type = model;
-    s.sparams.n_draft = std::max(model_n, 0);
-    s.sparams.n_min = 0;
-    s.sparams.adaptive = 0;
+    s.plan = {model, model == SA_SPEC_NONE ? 0 : model_n, n_cap, true};
 }
 
 sa_status create_auto_drafter(sa_session & s) {
     common_params_speculative ps = make_spec_params(s);
-    ps.draft.n_max = s.auto_n_cap;
+    ps.draft.n_max = s.plan.n_verify;
     ps.draft.n_min = 0;
-    ps.ngram_mod.n_max = std::min(s.sparams.ngram_mod_n_max, s.auto_n_cap);
+    ps.ngram_mod.n_max = std::min(s.sparams.ngram_mod_n_max, s.plan.n_verify);
     ps.ngram_mod.n_min = std::min(s.sparams.ngram_mod_n_min, ps.ngram_mod.n_max);
-    s.autod = std::make_unique<AutoDrafter>();
+    auto autod = std::make_unique<AutoDrafter>();
     try {
-        s.autod->init(ps, s.spec, s.sparams.type, s.sparams.n_draft, &s.memory);
+        autod->init(ps, s.spec, s.plan.type, s.plan.n_draft, &s.memory);
     } catch (const std::exception & e) {
         return fail(SA_ERR_SPEC, std::string("auto drafting setup failed: ") + e.what());
     }
+    s.drafter = std::move(autod);
     return SA_OK;
 }
 

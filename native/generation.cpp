@@ -27,8 +27,6 @@ struct RolledBack {
 
 // What the drafting phase of one step did.
 struct DraftStep {
-    int32_t n_asked = 0;      // draft length asked for (0: a plain step)
-    bool drafted = false;     // the drafter ran in this step
     int64_t t_draft_us = 0;
     int64_t t_checkpoint_us = 0;  // saving the target's state before verifying
 };
@@ -40,8 +38,7 @@ public:
           vocab_(llama_model_get_vocab(s.model->model)), batch_(s.ctx_tgt),
           mem_tgt_(llama_get_memory(s.ctx_tgt)), mem_dft_(s.ctx_dft ? llama_get_memory(s.ctx_dft) : nullptr),
           n_ctx_((int32_t) llama_n_ctx(s.ctx_tgt)), n_rs_((int32_t) llama_n_rs_seq(s.ctx_tgt)),
-          adaptive_(s.spec != nullptr && s.sparams.adaptive != 0 && !s.autod),
-          n_cap_(s.spec ? s.sparams.n_draft : 0), threads_(s.threads, s.ctx_tgt, s.ctx_dft) {}
+          drafter_(s.drafter.get()), threads_(s.threads, s.ctx_tgt, s.ctx_dft) {}
 
     sa_status execute();
 
@@ -56,8 +53,7 @@ private:
     llama_memory_t mem_dft_;
     const int32_t n_ctx_;
     const int32_t n_rs_;  // recurrent snapshots: rejections up to this deep are trimmed with seq_rm
-    const bool adaptive_;
-    const int32_t n_cap_;
+    Drafter * const drafter_;  // the session's; null: plain decoding
     ThreadShare threads_;  // this run's share of the CPUs (docs/decisions/0027)
 
     llama_tokens prompt_tgt_;  // tokens in the target's memory
@@ -126,7 +122,7 @@ std::optional<sa_status> Run::decode(const char * what, const char * drafter_wha
         return end_with_error(SA_ERR_DECODE, std::string(what) + " failed (llama_decode returned " + std::to_string(ret) + ")" +
                               (ret == 1 ? ": the context is full; raise n_ctx" : detail.empty() ? "" : ": " + detail));
     }
-    if (s_.spec && !common_speculative_process(s_.spec, batch_)) {
+    if (drafter_ && !drafter_->process(batch_)) {
         if (cancelled()) return SA_CANCELLED;
         return end_with_error(SA_ERR_DECODE, std::string("the speculative drafter failed to process ") + drafter_what);
     }
@@ -181,42 +177,22 @@ sa_status Run::rollback_failed(const char * what) {
 }
 
 std::optional<sa_status> Run::draft_step(DraftStep & d) {
-    if (!s_.spec && !s_.autod) return std::nullopt;
+    if (!drafter_) return std::nullopt;
     rb_.n_tokens = (int64_t) prompt_tgt_.size();
     rb_.pos_max = llama_memory_seq_pos_max(mem_tgt_, 0);
     rb_.has_tgt = false;
     if (s_.use_ckpt_dft && !rb_.dft.save(s_.ctx_dft, 0)) return rollback_failed("saving the draft context's state");
     const int32_t n_budget = std::max(std::min(n_ctx_ - n_past_ - 2, p_.max_tokens - n_emitted_ - 1), 0);
-    d.n_asked = s_.autod ? n_budget : std::min(n_budget, adaptive_ ? s_.adaptive.choose() : n_cap_);
-    if (adaptive_) s_.stats.set_n_draft(d.n_asked);
-    if (s_.autod) {
-        const int64_t t0 = ggml_time_us();
-        s_.autod->draft(d.n_asked, n_past_, id_last_, prompt_tgt_, draft_);
-        d.drafted = true;
-        d.t_draft_us = ggml_time_us() - t0;
-        s_.stats.add(&Counters::t_draft_us, d.t_draft_us);
-        s_.stats.set_n_draft((int32_t) draft_.size());
-    } else if (d.n_asked > 0 &&
-               (s_.sparams.type != SA_SPEC_NGRAM_CACHE || ngram_cache_can_draft(prompt_tgt_.size() + 1))) {
-        const int64_t t0 = ggml_time_us();
-        common_speculative_get_draft_params(s_.spec, 0) = {
-            /* .drafting = */ true,
-            /* .n_max    = */ d.n_asked,
-            /* .pos0     = */ n_past_,
-            /* .id_last  = */ id_last_,
-            /* .prompt   = */ &prompt_tgt_,
-            /* .result   = */ &draft_,
-        };
-        common_speculative_draft(s_.spec);
-        d.drafted = true;
-        d.t_draft_us = ggml_time_us() - t0;
-        s_.stats.add(&Counters::t_draft_us, d.t_draft_us);
-    }
+    const int64_t t0 = ggml_time_us();
+    drafter_->draft(DraftInput{n_budget, n_past_, id_last_, prompt_tgt_}, draft_);
+    d.t_draft_us = ggml_time_us() - t0;
+    s_.stats.add(&Counters::t_draft_us, d.t_draft_us);
+    if (const int32_t n = drafter_->n_draft_in_use(); n >= 0) s_.stats.set_n_draft(n);
     if (!draft_.empty() && needs_checkpoint((int32_t) draft_.size())) {
-        const int64_t t0 = ggml_time_us();
+        const int64_t t_save = ggml_time_us();
         if (!rb_.tgt.save(s_.ctx_tgt, 0)) return rollback_failed("saving the target's state before verifying");
         rb_.has_tgt = true;
-        d.t_checkpoint_us = ggml_time_us() - t0;
+        d.t_checkpoint_us = ggml_time_us() - t_save;
     }
     if (s_.ctx_dft) {
         if (s_.use_ckpt_dft && !rb_.dft.restore(s_.ctx_dft, 0)) return rollback_failed("restoring the draft context's state");
@@ -259,10 +235,8 @@ int Run::emit(const llama_tokens & ids, llama_token * eog_id) {
 }
 
 sa_status Run::loop() {
-    if (adaptive_) s_.adaptive.reset(n_cap_, uses_draft_context(s_.sparams.type) ? 1 : 0);
     n_past_ = (int32_t) prompt_tgt_.size();
-    common_speculative_begin(s_.spec, 0, prompt_tgt_);
-    if (s_.autod) s_.autod->begin(prompt_tgt_, p_.prompt, p_.n_prompt, fresh_, p_.sampling.temp > 0.0f);
+    if (drafter_) drafter_->begin(RunStart{prompt_tgt_, p_.prompt, p_.n_prompt, fresh_, p_.sampling.temp > 0.0f});
     t_decode_start_ = ggml_time_us();
 
     while (true) {
@@ -294,13 +268,12 @@ sa_status Run::loop() {
         const int32_t n_accepted = (int32_t) ids.size() - 1;
         const int32_t n_rejected = n_draft - n_accepted;
         const bool rolls_back = n_rejected > 0 && rb_.has_tgt && (s_.use_ckpt_tgt || n_rejected > n_rs_);
-        if (s_.autod) s_.autod->observe(ids, n_draft, t_verify, t_sample, !rolls_back);
-        const int32_t drafter = n_draft == 0 ? SA_SPEC_NONE : s_.autod ? s_.autod->active() : s_.sparams.type;
+        if (drafter_) drafter_->observe(StepOutcome{ids, n_draft, d.t_draft_us, t_verify, t_sample, !rolls_back});
+        const int32_t drafter = n_draft == 0 || !drafter_ ? SA_SPEC_NONE : drafter_->last_drafter();
 
         if (rolls_back) {
             if (!rolled_back_.active) {
                 rolled_back_ = {true, drafter, n_draft, n_accepted};
-                if (adaptive_ && d.drafted) s_.adaptive.observe(d.n_asked, n_draft, n_accepted, d.t_draft_us, t_verify);
             } else {
                 rolled_back_.n_accepted = std::min(rolled_back_.n_accepted, n_accepted);
             }
@@ -308,11 +281,6 @@ sa_status Run::loop() {
             continue;
         }
 
-        if (s_.spec && !s_.autod && (d.drafted || n_accepted > 0)) common_speculative_accept(s_.spec, 0, (uint16_t) n_accepted);
-        // plain steps (nothing drafted) feed the step-cost line too
-        if (adaptive_ && (d.drafted || n_draft == 0)) {
-            s_.adaptive.observe(d.n_asked, n_draft, n_accepted, d.t_draft_us, t_verify);
-        }
         if (rolled_back_.active) {
             // re-verified: count the original draft once, and of its tokens
             // those the re-verification kept (not the re-fed sampled token)

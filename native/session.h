@@ -3,8 +3,8 @@
 #pragma once
 
 #include "shim_internal.h"
-#include "adaptive.h"
-#include "auto_drafter.h"
+#include "drafter.h"
+#include "token_memory.h"
 #include "spec_types.h"
 #include "stats.h"
 #include "thread_budget.h"
@@ -14,6 +14,18 @@
 
 #include <atomic>
 #include <memory>
+
+namespace sa {
+// What the session drafts with, resolved from the caller's spec (which stays
+// as given): the type that owns the common_speculative and the draft context
+// (under auto, its model drafter or none) and the longest draft verified.
+struct DraftPlan {
+    int32_t type = SA_SPEC_NONE;  // the common_speculative's type
+    int32_t n_draft = 0;          // its draft length
+    int32_t n_verify = 0;         // the longest draft a step verifies (auto: its ceiling)
+    bool automatic = false;       // Spec("auto"): the chooser drafts
+};
+}  // namespace sa
 
 struct sa_session {
     sa_model * model = nullptr;
@@ -28,17 +40,15 @@ struct sa_session {
     ggml_threadpool * pool_batch = nullptr;
     sa::ThreadLimits threads;  // the pools' sizes; budgeted: share the CPUs per run
     common_speculative * spec = nullptr;
-    sa_spec_params sparams{};  // draft_model cleared: see draft_model above
+    sa_spec_params sparams{};  // the caller's spec as given (draft_model cleared: see draft_model above)
+    sa::DraftPlan plan;
     bool use_ckpt_tgt = false;  // the target rolls back from checkpoints (recurrent/hybrid)
     bool use_ckpt_dft = false;
     std::atomic<bool> cancel{false};
     // Testing (sa_testing_refuse_next_seq_rm): the next llama_memory_seq_rm of a run is refused.
     std::atomic<bool> refuse_next_seq_rm{false};
     sa::Stats stats;
-    sa::AdaptiveDraft adaptive;
-    // Spec("auto") (auto_session.cpp); sparams.type then names its model drafter, if any.
-    std::unique_ptr<sa::AutoDrafter> autod;
-    int32_t auto_n_cap = 0;
+    std::unique_ptr<sa::Drafter> drafter;  // null: plain decoding
     sa::TokenMemory memory;
     std::atomic<int64_t> memory_capacity{0};
     std::atomic<bool> forget{false};
@@ -49,7 +59,7 @@ struct sa_session {
     sa_session & operator=(const sa_session &) = delete;
 
     ~sa_session() {
-        autod.reset();
+        drafter.reset();
         common_speculative_free(spec);  // refers to both contexts: free it first
         if (ctx_dft) llama_free(ctx_dft);
         if (ctx_tgt) llama_free(ctx_tgt);
@@ -76,11 +86,10 @@ sa_status create_session(sa_session & s, const sa_context_params & c);
 // llama.cpp's speculative parameters of the session's common_speculative.
 common_params_speculative make_spec_params(const sa_session & s);
 
-// Spec("auto"), before the contexts exist: the ceiling (n_draft, at most
-// n_batch - 1) goes to auto_n_cap and sparams becomes the model drafter's
-// (MTP, draft model, EAGLE-3, DFlash) or none. A batch of one token leaves
-// nothing to verify a draft in: auto then decodes plainly.
-void resolve_auto(sa_session & s, const sa_context_params & c);
+// Fills s.plan from the caller's spec, before the contexts exist. Under
+// Spec("auto") the ceiling is n_draft, at most n_batch - 1, and the plan's
+// type is auto's model drafter (MTP, draft model, EAGLE-3, DFlash) or none.
+void plan_drafting(sa_session & s, const sa_context_params & c);
 
 // Spec("auto"), after create_session made the contexts: the chooser.
 sa_status create_auto_drafter(sa_session & s);

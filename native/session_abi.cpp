@@ -30,9 +30,9 @@ sa_status sa_session_new(sa_model * model, const sa_context_params * cparams, co
         s->draft_ref.reset(sparams->draft_model);
         s->sparams = *sparams;
         s->sparams.draft_model = nullptr;
-        resolve_auto(*s, *cparams);
-        sa_status st2 = check_spec_models(s->sparams.type, *model, s->draft_model);
-        if (st2 == SA_OK) st2 = check_ubatch(s->sparams.type, s->sparams.n_draft, *model, *cparams);
+        plan_drafting(*s, *cparams);
+        sa_status st2 = check_spec_models(s->plan.type, *model, s->draft_model);
+        if (st2 == SA_OK) st2 = check_ubatch(s->plan.type, s->plan.n_draft, *model, *cparams);
         if (st2 == SA_OK) st2 = create_session(*s, *cparams);
         if (st2 != SA_OK) return st2;
         *out = s.release();
@@ -77,7 +77,7 @@ uint32_t sa_session_n_batch(const sa_session * s) { return s ? llama_n_batch(s->
 void sa_session_print_stats(const sa_session * s) {
     if (s == nullptr) return;
     print_with_log_level(3, [&] {
-        if (s->autod) {
+        if (s->plan.automatic) {
             print_auto_stats(*s);
         } else if (s->spec) {
             common_speculative_print_stats(s->spec);

@@ -15,9 +15,8 @@ bool abort_callback(void * data) {
     return static_cast<std::atomic<bool> *>(data)->load(std::memory_order_relaxed);
 }
 
-// n_verify: the longest draft a step verifies (auto's ceiling may exceed its model drafter's n_draft).
-llama_context_params make_context_params(const sa_context_params & c, const sa_spec_params & s, int32_t n_verify,
-                                         std::atomic<bool> * cancel) {
+// plan.n_verify: the longest draft a step verifies (auto's ceiling may exceed its model drafter's n_draft).
+llama_context_params make_context_params(const sa_context_params & c, const DraftPlan & plan, std::atomic<bool> * cancel) {
     llama_context_params cp = llama_context_default_params();
     cp.n_ctx = c.n_ctx;
     cp.n_batch = c.n_batch;
@@ -29,11 +28,10 @@ llama_context_params make_context_params(const sa_context_params & c, const sa_s
     if (c.type_v >= 0) cp.type_v = (ggml_type) c.type_v;
     cp.flash_attn_type = c.flash_attn < 0 ? LLAMA_FLASH_ATTN_TYPE_AUTO
                        : c.flash_attn == 0 ? LLAMA_FLASH_ATTN_TYPE_DISABLED : LLAMA_FLASH_ATTN_TYPE_ENABLED;
-    const int32_t n_draft = s.type == SA_SPEC_NONE ? 0 : s.n_draft;
-    const auto limits = common_speculative_get_output_limits((int32_t) c.n_batch, 1, std::max(n_draft, n_verify));
+    const auto limits = common_speculative_get_output_limits((int32_t) c.n_batch, 1, std::max(plan.n_draft, plan.n_verify));
     cp.n_outputs_max = (uint32_t) limits.total;
     cp.n_outputs_max_per_seq = (uint32_t) limits.per_seq;
-    cp.n_rs_seq = needs_rollback_snapshots(s.type) ? (uint32_t) n_draft : 0;
+    cp.n_rs_seq = needs_rollback_snapshots(plan.type) ? (uint32_t) plan.n_draft : 0;
     cp.abort_callback = abort_callback;
     cp.abort_callback_data = cancel;
     cp.no_perf = false;
@@ -45,8 +43,8 @@ llama_context_params make_context_params(const sa_context_params & c, const sa_s
 common_params_speculative make_spec_params(const sa_session & s) {
     const sa_spec_params & p = s.sparams;
     common_params_speculative ps;
-    ps.types = {to_common_type(p.type)};
-    ps.draft.n_max = p.n_draft;
+    ps.types = {to_common_type(s.plan.type)};
+    ps.draft.n_max = s.plan.n_draft;
     ps.draft.n_min = p.n_min;
     ps.draft.p_min = p.p_min;
     ps.draft.p_split = p.p_split;
@@ -57,7 +55,7 @@ common_params_speculative make_spec_params(const sa_session & s) {
     ps.ngram_map_k = map;
     ps.ngram_map_k4v = map;
     ps.ngram_mod.n_match = p.ngram_mod_n_match;
-    ps.ngram_mod.n_max = std::min(p.ngram_mod_n_max, p.n_draft);
+    ps.ngram_mod.n_max = std::min(p.ngram_mod_n_max, s.plan.n_draft);
     ps.ngram_mod.n_min = std::min(p.ngram_mod_n_min, ps.ngram_mod.n_max);
     return ps;
 }
@@ -88,7 +86,7 @@ sa_status create_pools(sa_session & s, const sa_context_params & c) {
 }
 
 sa_status create_draft_context(sa_session & s, const llama_context_params & cp) {
-    const int32_t type = s.sparams.type;
+    const int32_t type = s.plan.type;
     llama_context_params dp = cp;
     dp.ctx_type = type == SA_SPEC_DRAFT_MTP ? LLAMA_CONTEXT_TYPE_MTP : LLAMA_CONTEXT_TYPE_DEFAULT;
     dp.n_ctx = llama_n_ctx(s.ctx_tgt);
@@ -96,7 +94,7 @@ sa_status create_draft_context(sa_session & s, const llama_context_params & cp) 
     dp.ctx_other = s.ctx_tgt;
     dp.type_k = GGML_TYPE_F16;
     dp.type_v = GGML_TYPE_F16;
-    const uint32_t per_seq = type == SA_SPEC_DRAFT_DFLASH ? (uint32_t) s.sparams.n_draft + 1 : 1;
+    const uint32_t per_seq = spec_facts(type).noncausal_block ? (uint32_t) s.plan.n_draft + 1 : 1;
     dp.n_outputs_max = per_seq;
     dp.n_outputs_max_per_seq = per_seq;
     const llama_model * dm = type == SA_SPEC_DRAFT_MTP ? s.model->model : s.draft_model->model;
@@ -110,7 +108,7 @@ sa_status create_draft_context(sa_session & s, const llama_context_params & cp) 
 }
 
 sa_status create_speculative(sa_session & s) {
-    const int32_t type = s.sparams.type;
+    const int32_t type = s.plan.type;
     common_params_speculative ps = make_spec_params(s);
     try {
         s.spec = common_speculative_init(ps, 1);
@@ -144,14 +142,14 @@ std::string spec_type_name(int32_t type) { return common_speculative_type_to_str
 
 sa_status create_session(sa_session & s, const sa_context_params & c) {
     if (sa_status st = create_pools(s, c); st != SA_OK) return st;
-    const llama_context_params cp = make_context_params(c, s.sparams, s.auto_n_cap, &s.cancel);
+    const llama_context_params cp = make_context_params(c, s.plan, &s.cancel);
     s.ctx_tgt = llama_init_from_model(s.model->model, cp);
     if (s.ctx_tgt == nullptr) {
         const std::string detail = last_native_log_error();
         return fail(SA_ERR_CONTEXT, "could not create a context (n_ctx=" + std::to_string(c.n_ctx) +
                     "); try a smaller n_ctx or n_batch" + (detail.empty() ? "" : ": " + detail));
     }
-    const int32_t type = s.sparams.type;
+    const int32_t type = s.plan.type;
     if (uses_draft_context(type)) {
         if (sa_status st = create_draft_context(s, cp); st != SA_OK) return st;
     }
@@ -163,10 +161,16 @@ sa_status create_session(sa_session & s, const sa_context_params & c) {
     if (type != SA_SPEC_NONE) {
         if (sa_status st = create_speculative(s); st != SA_OK) return st;
     }
-    if (s.auto_n_cap > 0) {
-        if (sa_status st = create_auto_drafter(s); st != SA_OK) return st;
+    if (s.plan.automatic) {
+        if (s.plan.n_verify > 0) {
+            if (sa_status st = create_auto_drafter(s); st != SA_OK) return st;
+        }
+    } else if (s.spec != nullptr) {
+        s.drafter = s.sparams.adaptive != 0
+            ? make_adaptive_drafter(s.spec, type, s.plan.n_draft, uses_draft_context(type) ? 1 : 0)
+            : make_fixed_drafter(s.spec, type, s.plan.n_draft);
     }
-    s.stats.set_n_draft(s.auto_n_cap > 0 ? s.auto_n_cap : type == SA_SPEC_NONE ? 0 : s.sparams.n_draft);
+    s.stats.set_n_draft(s.drafter ? s.plan.n_verify : 0);
     return SA_OK;
 }
 

@@ -1,0 +1,74 @@
+// The one drafting interface the generation loop talks to, in the shape of
+// llama.cpp's common_speculative: begin a run, draft for a step, observe the
+// verified outcome. Fixed, adaptive-length and auto drafting are its
+// implementations; the loop never asks which one it holds.
+#pragma once
+
+#include "adaptive.h"
+
+#include "common.h"
+#include "speculative.h"
+
+#include <cstdint>
+#include <memory>
+
+namespace sa {
+
+// The start of a run.
+struct RunStart {
+    const llama_tokens & prompt_tgt;  // the prompt without its last token (what the target holds)
+    const int32_t * prompt;           // the whole prompt
+    int32_t n_prompt;
+    bool fresh;    // keep nothing learned in earlier runs (forget() or a memory of 0 tokens)
+    bool sampled;  // the run samples (temperature > 0)
+};
+
+// What one step may draft.
+struct DraftInput {
+    int32_t n_max;                     // at most this many tokens (the budget left; 0: a plain step)
+    llama_pos n_past;                  // position of id_last
+    llama_token id_last;               // the newest token, verified with the draft
+    const llama_tokens & prompt_tgt;   // the tokens before id_last
+};
+
+// One verified step.
+struct StepOutcome {
+    const llama_tokens & ids;  // the target's tokens: the accepted drafts and the one sampled after them
+    int32_t n_verified;        // drafted tokens verified (0: a plain step)
+    int64_t t_draft_us;        // drafting time of this step (0 on a re-verification)
+    int64_t t_verify_us;       // verification, including a checkpoint saved or restored for it
+    int64_t t_sample_us;
+    bool committed;            // false: a rollback re-verifies the accepted prefix next step
+};
+
+class Drafter {
+public:
+    virtual ~Drafter() = default;
+    virtual void begin(const RunStart & start) = 0;
+    // Fills draft with at most in.n_max tokens (empty: a plain step).
+    virtual void draft(const DraftInput & in, llama_tokens & draft) = 0;
+    // Feeds a batch the target decoded to the drafter's own context (a draft
+    // model, EAGLE-3, MTP, DFlash read it). false: the drafter failed.
+    virtual bool process(const common_batch & batch) = 0;
+    // The outcome of the step that verified the last draft, or its re-verification.
+    virtual void observe(const StepOutcome & out) = 0;
+    // sa_drafter id of the last draft (SA_SPEC_NONE when it was empty), for the statistics.
+    virtual int32_t last_drafter() const = 0;
+    // The draft length to report as in use after draft() (-1: unchanged).
+    virtual int32_t n_draft_in_use() const { return -1; }
+};
+
+// One draft call on a common_speculative, with its guard (ngram-cache needs 4
+// tokens of context) and its timing: draft gets at most n_max tokens.
+// Returns the microseconds it took (0 when the guard skipped it).
+int64_t draft_call(common_speculative * spec, int32_t type, const DraftInput & in, llama_tokens & draft);
+
+// A fixed speculative type with a fixed draft length (llama.cpp's loop).
+std::unique_ptr<Drafter> make_fixed_drafter(common_speculative * spec, int32_t type, int32_t n_draft);
+
+// A fixed type whose draft length is chosen per step from acceptance and
+// cost (n_draft="auto"); n_floor: the shortest draft ever asked for.
+std::unique_ptr<Drafter> make_adaptive_drafter(common_speculative * spec, int32_t type, int32_t n_cap,
+                                               int32_t n_floor);
+
+}  // namespace sa
