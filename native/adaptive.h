@@ -94,6 +94,22 @@ constexpr double kLongerMustBeat = 1.0001;
 LengthChoice best_length(const std::vector<double> & expected, const StepCost & cost, int32_t n_lo, int32_t n_hi,
                          double extra_us = 0, double sample_us = 0, double min_expected = 0);
 
+// One drafter's proposal for a step: its expected tokens by draft length
+// (PositionAcceptance::expected) and how many tokens it proposed.
+struct Offer {
+    const std::vector<double> * expected;
+    int32_t n_max;
+};
+
+// Of plain decoding and every offer at every length it has, the best
+// expected tokens per microsecond (best_length's rate, the step's drafting
+// time draft_us added to every choice, plain included).
+struct OfferChoice {
+    int32_t offer = -1;  // index into the offers; -1: a plain step
+    LengthChoice length;
+};
+OfferChoice choose_offer(const std::vector<Offer> & offers, const StepCost & cost, double draft_us, double sample_us);
+
 // Picks the draft length n that maximises expected tokens per unit of time:
 //   expected(n) / step_cost(n)
 // Every kExploreEvery-th step asks one token more than the best, so positions

@@ -170,27 +170,25 @@ void AutoDrafter::draft(const DraftInput & in, llama_tokens & draft) {
     const bool timed = verify_.measured();
     const double d_cheap = timed ? cheap_cost() : 0.0;
     const double s = timed ? sample_us_ : 0.0;
-    static const std::vector<double> kPlainStep{1.0};  // a plain step makes one token
-    double best_rate = best_length(kPlainStep, verify_, 0, 0, d_cheap, s).rate;
-    Arm * best = nullptr;
-    int32_t best_n = 0;
+    std::vector<Offer> offers;
+    std::vector<Arm *> offered;
     for (Arm & arm : cheap_) {
         if (!arm.proposed) continue;
-        arm.accept.expected(expected_, first_prior_);
-        const LengthChoice c = best_length(expected_, verify_, 1, (int32_t) arm.proposal.size(), d_cheap, s);
-        if (c.rate > best_rate * kLongerMustBeat) {
-            best_rate = c.rate;
-            best = &arm;
-            best_n = c.n;
-        }
+        arm.accept.expected(arm.expected, first_prior_);
+        offers.push_back({&arm.expected, (int32_t) arm.proposal.size()});
+        offered.push_back(&arm);
     }
+    const OfferChoice choice = choose_offer(offers, verify_, d_cheap, s);
+    const double best_rate = choice.length.rate;
+    Arm * best = choice.offer >= 0 ? offered[(size_t) choice.offer] : nullptr;
+    int32_t best_n = choice.length.n;
     if (steps_ % kExploreEvery == 0) explore(best, best_n);
 
     if (model_ != nullptr) {
         const int32_t n_m = std::min(model_n_max_, n_max);
-        model_arm_.accept.expected(expected_, first_prior_);
+        model_arm_.accept.expected(model_arm_.expected, first_prior_);
         const double d_m = timed && model_arm_.costed ? model_arm_.cost_us : 0.0;
-        const double rate_m = best_length(expected_, verify_, n_m, n_m, d_cheap + d_m, s).rate;
+        const double rate_m = best_length(model_arm_.expected, verify_, n_m, n_m, d_cheap + d_m, s).rate;
         if (rate_m > best_rate * kLongerMustBeat || steps_ - last_model_step_ >= kModelExploreEvery) {
             last_model_step_ = steps_;
             draft_with(model_arm_, DraftInput{n_m, in.n_past, in.id_last, in.prompt_tgt});
@@ -223,9 +221,8 @@ void AutoDrafter::explore(Arm *& best, int32_t & best_n) {
     double best_rate = 0;
     for (Arm & arm : cheap_) {
         if (!arm.proposed) continue;
-        arm.accept.expected(expected_, first_prior_);
         const int32_t n_hi = std::min(kExploreLength, (int32_t) arm.proposal.size());
-        const LengthChoice c = best_length(expected_, verify_, 1, n_hi, 0.0, 0.0, /* min_expected = */ 2.0);
+        const LengthChoice c = best_length(arm.expected, verify_, 1, n_hi, 0.0, 0.0, /* min_expected = */ 2.0);
         if (c.n >= 1 && c.rate > best_rate) {
             best_rate = c.rate;
             best = &arm;

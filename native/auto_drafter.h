@@ -75,6 +75,7 @@ private:
         double cost_us = 0;                  // decayed mean draft time per call
         bool costed = false;
         llama_tokens proposal;
+        std::vector<double> expected;        // expected tokens by draft length, this step
         bool proposed = false;               // proposal made this step (accept() owed)
         int32_t min_match = 0;               // memory arms: the shortest match they take
     };
@@ -89,7 +90,6 @@ private:
     TokenMemory * memory_ = nullptr;
     StepCost verify_;
     double sample_us_ = 0;  // decayed mean sampling time per token made
-    std::vector<double> expected_;
     llama_tokens proposal_;  // the memory's, before it goes to its arm
     uint64_t steps_ = 0;
     uint64_t last_model_step_ = 0;

@@ -299,6 +299,15 @@ sa_status sa_testing_fix_step_cost_table(sa_session * session, const double * us
  * as llama.cpp refuses a rollback deeper than a recurrent state can undo;
  * the run must end with an Error event and leave the session usable. */
 sa_status sa_testing_refuse_next_seq_rm(sa_session * session);
+/* The draft chooser of "auto" alone (choose_offer in native/adaptive.h):
+ * n_offers proposals, offer i with expected tokens by draft length
+ * expected[i * stride + n] for n = 0..n_max[i] (n_max[i] < stride), priced
+ * with the step cost us_by_length (as sa_testing_fix_step_cost_table), the
+ * step's drafting time draft_us and sampling time per token sample_us.
+ * *offer: the chosen offer (-1: a plain step), *n its length. */
+sa_status sa_testing_choose_offer(const double * expected, const int32_t * n_max, int32_t n_offers, int32_t stride,
+                                  const double * us_by_length, int32_t n_cost, double draft_us, double sample_us,
+                                  int32_t * offer, int32_t * n);
 /* Feeds a fresh step-cost model (what "auto" and n_draft="auto" price draft
  * lengths with) count observed steps, (n_verified[i] drafted tokens, us[i]
  * microseconds) in order, then stores its predicted cost of a step verifying

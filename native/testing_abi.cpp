@@ -106,6 +106,29 @@ extern "C" sa_status sa_testing_refuse_next_seq_rm(sa_session * s) {
     return SA_OK;
 }
 
+extern "C" sa_status sa_testing_choose_offer(const double * expected, const int32_t * n_max, int32_t n_offers,
+                                             int32_t stride, const double * us_by_length, int32_t n_cost,
+                                             double draft_us, double sample_us, int32_t * offer, int32_t * n) {
+    if (expected == nullptr || n_max == nullptr || us_by_length == nullptr || offer == nullptr || n == nullptr ||
+        n_offers < 0 || n_offers > 64 || stride < 1 || stride > SA_MAX_DRAFT_POS + 1 || n_cost < 1 ||
+        n_cost > SA_MAX_DRAFT_POS + 1) {
+        return fail(SA_ERR_INVALID_ARG, "sa_testing_choose_offer: null argument or a size out of range");
+    }
+    std::vector<std::vector<double>> tables((size_t) n_offers);
+    std::vector<Offer> offers;
+    for (int32_t i = 0; i < n_offers; ++i) {
+        if (n_max[i] < 1 || n_max[i] >= stride) return fail(SA_ERR_INVALID_ARG, "sa_testing_choose_offer: n_max out of range");
+        tables[(size_t) i].assign(expected + (size_t) i * stride, expected + (size_t) i * stride + n_max[i] + 1);
+        offers.push_back({&tables[(size_t) i], n_max[i]});
+    }
+    StepCost cost;
+    cost.fix(std::vector<double>(us_by_length, us_by_length + n_cost));
+    const OfferChoice choice = choose_offer(offers, cost, draft_us, sample_us);
+    *offer = choice.offer;
+    *n = choice.length.n;
+    return SA_OK;
+}
+
 extern "C" sa_status sa_testing_step_cost(const int32_t * n_verified, const int64_t * us, int32_t count,
                                           const int32_t * query, int32_t n_query, double * out) {
     if (count < 0 || n_query < 0 || (count > 0 && (n_verified == nullptr || us == nullptr)) ||

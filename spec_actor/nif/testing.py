@@ -98,3 +98,19 @@ def fix_step_cost_table(handle: SessionHandle, us_by_length: list[float]) -> Non
 def refuse_next_seq_rm(handle: SessionHandle) -> None:
     """Make the session's next ``llama_memory_seq_rm`` refuse, as a too-deep recurrent rollback does."""
     check(lib.sa_testing_refuse_next_seq_rm(handle), "refuse next seq_rm")
+
+
+def choose_offer(expected: list[list[float]], us_by_length: list[float], draft_us: float = 0.0,
+                 sample_us: float = 0.0) -> tuple[int, int]:
+    """auto's chooser alone: (offer index or -1 for a plain step, draft length).
+
+    ``expected[i][n]``: offer i's expected tokens for a draft of n tokens (``[0]`` is 1).
+    """
+    stride = max(len(e) for e in expected) if expected else 1
+    flat = ffi.new("double[]", [x for e in expected for x in e + [0.0] * (stride - len(e))] or [0.0])
+    n_max = ffi.new("int32_t[]", [len(e) - 1 for e in expected] or [0])
+    cost = ffi.new("double[]", us_by_length)
+    offer, n = ffi.new("int32_t *"), ffi.new("int32_t *")
+    check(lib.sa_testing_choose_offer(flat, n_max, len(expected), stride, cost, len(us_by_length), draft_us,
+                                      sample_us, offer, n), "choose offer")
+    return offer[0], n[0]
