@@ -23,7 +23,12 @@ constexpr CheapKind kNgramKinds[] = {
     {SA_SPEC_NGRAM_CACHE, "ngram-cache"},
 };
 constexpr double kCostDecay = 0.9;             // draft-time means follow about 10 calls
-constexpr uint64_t kModelExploreEvery = 32;    // the model drafter drafts at least this often
+// The model drafter drafts at least every kModelExploreEvery steps to stay
+// measured; each such draft that was not chosen on its merit doubles the
+// interval (up to kModelExploreMax), so a drafter that does not pay costs
+// less and less; one chosen on its merit resets it.
+constexpr uint64_t kModelExploreEvery = 32;
+constexpr uint64_t kModelExploreMax = 1024;
 constexpr int32_t kExploreLength = 4;          // draft length of an exploring step when plain won
 // Prior at a position past the first: the previous position's rate, with no
 // floor. With several drafters and plain steps to fall back on, a drafter
@@ -77,6 +82,9 @@ void AutoDrafter::make_arms() {
 void AutoDrafter::init(common_params_speculative base, common_speculative * model, int32_t model_id,
                        int32_t model_n_max, TokenMemory * memory) {
     n_cap_ = base.draft.n_max;
+    ctx_dft_ = base.draft.ctx_dft;
+    lazy_ = model != nullptr && model_id == SA_SPEC_DRAFT_SIMPLE && ctx_dft_ != nullptr;
+    if (lazy_) catch_up_batch_ = common_batch(ctx_dft_);
     base.draft.ctx_dft = nullptr;
     base_ = base;
     memory_ = memory;
@@ -96,6 +104,7 @@ void AutoDrafter::begin(const RunStart & start) {
     if (start.fresh) {
         make_arms();
         model_arm_.accept.reset(model_n_max_, kLaterFloor);
+        model_explore_every_ = kModelExploreEvery;
         verify_.reset();
     }
     for (Arm & arm : cheap_) {
@@ -122,9 +131,9 @@ void AutoDrafter::note_cost(Arm & arm, int64_t dt_us) {
     arm.costed = true;
 }
 
-void AutoDrafter::draft_with(Arm & arm, const DraftInput & in) {
+void AutoDrafter::draft_with(Arm & arm, const DraftInput & in, int64_t extra_us) {
     arm.proposal.clear();
-    note_cost(arm, draft_call(arm.spec, arm.id, in, arm.proposal));
+    note_cost(arm, extra_us + draft_call(arm.spec, arm.id, in, arm.proposal));
     arm.proposed = !arm.proposal.empty();
     if (arm.proposed && arm.spec == model_) model_drafted_ = true;
 }
@@ -189,9 +198,16 @@ void AutoDrafter::draft(const DraftInput & in, llama_tokens & draft) {
         model_arm_.accept.expected(model_arm_.expected, first_prior_);
         const double d_m = timed && model_arm_.costed ? model_arm_.cost_us : 0.0;
         const double rate_m = best_length(model_arm_.expected, verify_, n_m, n_m, d_cheap + d_m, s).rate;
-        if (rate_m > best_rate * kLongerMustBeat || steps_ - last_model_step_ >= kModelExploreEvery) {
+        const bool on_merit = rate_m > best_rate * kLongerMustBeat;
+        if (on_merit || steps_ - last_model_step_ >= model_explore_every_) {
             last_model_step_ = steps_;
-            draft_with(model_arm_, DraftInput{n_m, in.n_past, in.id_last, in.prompt_tgt});
+            model_explore_every_ = on_merit ? kModelExploreEvery : std::min(2 * model_explore_every_, kModelExploreMax);
+            const DraftInput model_in{n_m, in.n_past, in.id_last, in.prompt_tgt};
+            const int64_t t0 = ggml_time_us();
+            model_arm_.proposed = false;
+            // catching up is part of what this arm costs
+            if (catch_up(model_in)) draft_with(model_arm_, model_in, ggml_time_us() - t0);
+            warm_ = model_arm_.proposed;
             if (model_arm_.proposed) {
                 draft = model_arm_.proposal;
                 chosen_ = model_id_;
@@ -200,6 +216,7 @@ void AutoDrafter::draft(const DraftInput & in, llama_tokens & draft) {
             }
         }
     }
+    warm_ = false;
     if (best != nullptr) {
         draft.assign(best->proposal.begin(), best->proposal.begin() + best_n);
         chosen_ = best->id;
@@ -232,7 +249,22 @@ void AutoDrafter::explore(Arm *& best, int32_t & best_n) {
 }
 
 bool AutoDrafter::process(const common_batch & batch) {
-    return model_ == nullptr || common_speculative_process(model_, batch);
+    if (model_ == nullptr || (lazy_ && !warm_)) return true;
+    return common_speculative_process(model_, batch);
+}
+
+bool AutoDrafter::catch_up(const DraftInput & in) {
+    if (!lazy_) return true;
+    // the target holds positions [0, n_past); the draft context what it was fed
+    const llama_pos held = llama_memory_seq_pos_max(llama_get_memory(ctx_dft_), 0) + 1;
+    const int32_t n_batch = (int32_t) llama_n_batch(ctx_dft_);
+    for (llama_pos p0 = held; p0 < in.n_past; p0 += n_batch) {
+        const llama_pos p1 = std::min<llama_pos>(in.n_past, p0 + n_batch);
+        catch_up_batch_.clear();
+        for (llama_pos p = p0; p < p1; ++p) catch_up_batch_.add(in.prompt_tgt[(size_t) p], p, 0, p == p1 - 1);
+        if (!common_speculative_process(model_, catch_up_batch_)) return false;
+    }
+    return true;
 }
 
 void AutoDrafter::observe(const StepOutcome & out) {

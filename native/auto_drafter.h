@@ -80,6 +80,16 @@ private:
         int32_t min_match = 0;               // memory arms: the shortest match they take
     };
 
+    // A draft model (draft-simple) reads only tokens: its context is caught up
+    // when its arm drafts (catch_up), not fed every verified batch, so a
+    // drafter that auto seldom picks costs next to nothing. MTP, EAGLE-3 and
+    // DFlash read the target's hidden states of each batch and are fed always.
+    bool lazy_ = false;
+    bool warm_ = false;                 // the model arm drafted last: feed its context
+    llama_context * ctx_dft_ = nullptr;
+    common_batch catch_up_batch_;
+    bool catch_up(const DraftInput & in);
+
     common_params_speculative base_;
     std::vector<Arm> cheap_;
     Arm model_arm_;
@@ -93,6 +103,7 @@ private:
     llama_tokens proposal_;  // the memory's, before it goes to its arm
     uint64_t steps_ = 0;
     uint64_t last_model_step_ = 0;
+    uint64_t model_explore_every_ = 32;  // kModelExploreEvery at first: steps between the model drafter's exploring drafts
     int32_t chosen_ = 0;
     int32_t last_n_ = 0;  // length of the last draft
     bool model_drafted_ = false;  // the model drafter has drafted once (it may accept)
@@ -102,7 +113,7 @@ private:
     void propose_from_memory(int32_t n_max);
     void note_cost(Arm & arm, int64_t dt_us);
     void explore(Arm *& best, int32_t & best_n);
-    void draft_with(Arm & arm, const DraftInput & in);
+    void draft_with(Arm & arm, const DraftInput & in, int64_t extra_us = 0);
     double cheap_cost() const;
     void make_arms();
     void free_arms();

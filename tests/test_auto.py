@@ -107,6 +107,32 @@ def test_auto_greedy_output_equals_plain_greedy_exactly_on_tiny_models(request, 
     assert runs[1].stats.drafts_accepted > 0  # the comparison covered drafted tokens
 
 
+def test_a_draft_model_that_auto_picks_now_and_then_drafts_from_a_caught_up_context(tiny_target):
+    """The draft model's context is fed only while its arm drafts, and caught up when it is picked again.
+
+    The target is its own draft model here, so every token it drafts from a
+    context that holds exactly the target's tokens is the target's greedy
+    token: all of them are accepted. A catch-up that skipped or repeated a
+    position would draft something else.
+    """
+    prompts = [TINY_PROMPT, "one two three four five six", "the dog and the cat"]
+    with Session(tiny_target, spec="none", n_ctx=512, n_threads=1) as plain:
+        expected = [greedy(plain, p, N_TINY).tokens for p in prompts]
+    with Session(tiny_target, spec=Spec("auto", draft_model=tiny_target, p_min=0.0), n_ctx=512,
+                 n_threads=1) as session:
+        runs = [greedy(session, p, N_TINY) for p in prompts]
+    model_steps = 0
+    for run, want in zip(runs, expected):
+        assert_consistent(run, N_TINY)
+        assert run.tokens == want
+        d = drafter(run, "draft-simple")
+        if d is not None:
+            assert d.accepted == d.drafted, run.stats.summary()
+            model_steps += d.steps
+    assert model_steps >= 2, "the draft model's arm was never picked"
+    assert sum(r.stats.drafters[0].steps for r in runs if r.stats.drafters[0].name == "none") > 0
+
+
 # -- choosing -------------------------------------------------------------------
 
 

@@ -139,13 +139,18 @@ def _write_llama(path: Path, name: str, d: Dims, vocab: Vocab) -> Path:
     return write_gguf(path, kv, t)
 
 
-def write_draft_pair(directory: str | os.PathLike[str]) -> tuple[Path, Path]:
-    """Write ``tiny-target.gguf`` and ``tiny-draft.gguf`` (same vocab) into ``directory``."""
+def write_draft_pair(directory: str | os.PathLike[str], target_dims: Dims = TARGET_DIMS,
+                     draft_dims: Dims = DRAFT_DIMS) -> tuple[Path, Path]:
+    """Write ``tiny-target.gguf`` and ``tiny-draft.gguf`` (same vocab) into ``directory``.
+
+    Benchmarks pass wider dims, so that compute, not per-call overhead, sets
+    what a token costs each model.
+    """
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     vocab = build_vocab()
-    target = _write_llama(directory / "tiny-target.gguf", "tiny-target", TARGET_DIMS, vocab)
-    draft = _write_llama(directory / "tiny-draft.gguf", "tiny-draft", DRAFT_DIMS, vocab)
+    target = _write_llama(directory / "tiny-target.gguf", "tiny-target", target_dims, vocab)
+    draft = _write_llama(directory / "tiny-draft.gguf", "tiny-draft", draft_dims, vocab)
     return target, draft
 
 
