@@ -202,7 +202,7 @@ class GenerationActor(StreamSource):
 
     def _withdraw(self, request: Request) -> None:
         """Stop a request of this actor: out of the queue, or the native cancel flag."""
-        request.cancelled = True
+        request.note_cancelled()
         if request.state is State.QUEUED:
             self._queue.remove(request)
             request.finish(EMPTY_STATS)
@@ -212,7 +212,7 @@ class GenerationActor(StreamSource):
     def _stop_running(self, request: Request) -> None:
         """Set the native cancel flag, and wake the loop if it waits for its reader."""
         self._session.cancel()
-        request.permits.release()  # the loop checks the flag as soon as it has the permit
+        request.release_permit()  # the loop checks the flag as soon as it has the permit
 
     # -- the actor task ---------------------------------------------------------------
 
@@ -237,7 +237,7 @@ class GenerationActor(StreamSource):
 
     async def _run(self, req: Request) -> None:
         # The cancel flag is cleared here, between requests, never while one runs.
-        req.state = State.RUNNING
+        req.start()
         self._current = req
         self._session.clear_cancel()
         if req.cancelled:
@@ -268,10 +268,10 @@ class GenerationActor(StreamSource):
         """
         if req.cancelled:
             return None
-        permits, deliver, soon = req.permits, req.deliver, self._trio_token.run_sync_soon
+        take_permit, deliver, soon = req.take_permit, req.deliver, self._trio_token.run_sync_soon
 
         def on_events(events: list[Event]) -> bool:
-            permits.acquire()  # backpressure: blocks while the reader is `buffer` batches behind
+            take_permit()  # backpressure: blocks while the reader is `buffer` batches behind
             if req.cancelled:
                 return False
             try:

@@ -8,6 +8,7 @@ the request into its mailbox.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import threading
 from collections.abc import Callable
@@ -64,43 +65,96 @@ class Request:
     """A request's state, its event channel and its outcome.
 
     Created for a stream, submitted to an actor (which binds itself with
-    `bind`), run by the actor's task and worker thread. Everything but
-    `cancelled` (read by the worker thread) is changed in the trio thread
-    only.
+    `bind`), run by the actor's task and worker thread. The request changes
+    its own state: the actor and the stream call its methods, and read its
+    state through read-only properties. Everything but `cancelled` (read by
+    the worker thread) and the permits is changed in the trio thread only.
     """
 
     __slots__ = (
-        "tokens", "options", "send", "receive", "permits", "state", "cancelled", "finished", "error",
-        "final_stats", "_owner",
+        "_tokens", "_options", "_send", "_receive", "_permits", "_state", "_cancelled", "_finished", "_error",
+        "_final_stats", "_owner",
     )  # fmt: skip
 
     def __init__(self, tokens: list[int], options: RequestOptions, buffer: int) -> None:
-        self.tokens = tokens
-        self.options = options
+        self._tokens = tokens
+        self._options = options
         # Backpressure: the worker takes a permit per batch and the stream gives
         # it back when it reads the batch, so at most `buffer` batches (one loop
         # step each) wait unread; then the native loop waits for the reader.
-        self.permits = threading.Semaphore(buffer)
-        self.send: trio.MemorySendChannel[list[Event]]
-        self.receive: trio.MemoryReceiveChannel[list[Event]]
-        self.send, self.receive = trio.open_memory_channel(buffer + 1)  # + STARTED
-        self.state = State.NEW
-        self.cancelled = False
-        """The consumer left (or a stop string matched): stop at the next loop step."""
-        self.finished = trio.Event()
-        """Set once the native loop has returned (or the request left the queue)."""
-        self.error: SpecActorError | None = None
-        """Why the request ended without a terminal event, if it did not run to one."""
-        self.final_stats = EMPTY_STATS
-        """The request's statistics once finished."""
+        self._permits = threading.Semaphore(buffer)
+        self._send: trio.MemorySendChannel[list[Event]]
+        self._receive: trio.MemoryReceiveChannel[list[Event]]
+        self._send, self._receive = trio.open_memory_channel(buffer + 1)  # + STARTED
+        self._state = State.NEW
+        self._cancelled = False
+        self._finished = trio.Event()
+        self._error: SpecActorError | None = None
+        self._final_stats = EMPTY_STATS
         self._owner: RequestOwner | None = None
+
+    # -- what anyone may read ---------------------------------------------------------
+
+    @property
+    def tokens(self) -> list[int]:
+        """The prompt's token ids."""
+        return self._tokens
+
+    @property
+    def options(self) -> RequestOptions:
+        """What the caller asked for: budget, sampling, stop strings, timeout."""
+        return self._options
+
+    @property
+    def state(self) -> State:
+        """Where the request is in its life."""
+        return self._state
+
+    @property
+    def cancelled(self) -> bool:
+        """The consumer left (or a stop string matched): stop at the next loop step (any thread)."""
+        return self._cancelled
+
+    @property
+    def error(self) -> SpecActorError | None:
+        """Why the request ended without a terminal event, if it did not run to one."""
+        return self._error
+
+    @property
+    def final_stats(self) -> StatsSnapshot:
+        """The request's statistics once finished."""
+        return self._final_stats
+
+    def is_finished(self) -> bool:
+        """Whether the native loop has returned (or the request left the queue)."""
+        return self._finished.is_set()
+
+    async def wait_finished(self) -> None:
+        """Wait until `is_finished` (trio thread)."""
+        await self._finished.wait()
 
     # -- the owner's side ---------------------------------------------------------
 
     def bind(self, owner: RequestOwner) -> None:
         """Queue the request on ``owner`` (trio thread; by the actor that takes it)."""
         self._owner = owner
-        self.state = State.QUEUED
+        self._state = State.QUEUED
+
+    def start(self) -> None:
+        """The owner hands the request to its native loop (trio thread): it is running."""
+        self._state = State.RUNNING
+
+    def note_cancelled(self) -> None:
+        """The owner is stopping the request: its worker stops at the next step (trio thread)."""
+        self._cancelled = True
+
+    def take_permit(self) -> None:
+        """Wait for room for one more unread batch (worker thread): backpressure."""
+        self._permits.acquire()
+
+    def release_permit(self) -> None:
+        """Give one permit back: a batch was read, or a waiting worker must see a cancel (any thread)."""
+        self._permits.release()
 
     def deliver(self, batch: list[Event]) -> None:
         """Put a batch of the worker thread into the channel (trio thread, by run_sync_soon).
@@ -111,22 +165,31 @@ class Request:
         extra permit that wakes a loop being cancelled can send.
         """
         try:
-            self.send.send_nowait(batch)
+            self._send.send_nowait(batch)
         except (trio.BrokenResourceError, trio.ClosedResourceError, trio.WouldBlock):
             pass
 
     def finish(self, stats: StatsSnapshot, error: SpecActorError | None = None) -> None:
         """Record the outcome and wake the stream (trio thread only, idempotent)."""
-        if self.state is State.FINISHED:
+        if self._state is State.FINISHED:
             return
-        self.final_stats = stats
-        if error is not None and self.error is None:
-            self.error = error
-        self.state = State.FINISHED
-        self.send.close()
-        self.finished.set()
+        self._final_stats = stats
+        if error is not None and self._error is None:
+            self._error = error
+        self._state = State.FINISHED
+        self._send.close()
+        self._finished.set()
 
     # -- the stream's side ----------------------------------------------------------
+
+    async def next_batch(self) -> list[Event]:
+        """The next batch of events (trio thread); trio.EndOfChannel once the request is over."""
+        return await self._receive.receive()
+
+    def count_delivered(self, n_tokens: int) -> StatsSnapshot:
+        """Record that only ``n_tokens`` reached the consumer (a stop string cut the run); the new final stats."""
+        self._final_stats = dataclasses.replace(self._final_stats, tokens_emitted=n_tokens)
+        return self._final_stats
 
     def cancel(self) -> None:
         """Stop the request, queued or running, and close its channel (trio thread only).
@@ -134,9 +197,9 @@ class Request:
         Idempotent. The native loop stops within one step; `finished` is set
         once it has.
         """
-        if self._owner is not None and self.state is not State.FINISHED:
+        if self._owner is not None and self._state is not State.FINISHED:
             self._owner.withdraw(self)
-        self.receive.close()
+        self._receive.close()
 
     def cancel_soon(self) -> None:
         """`cancel` from any thread, for a stream that was dropped unclosed.
@@ -145,11 +208,11 @@ class Request:
         (lock-free); the rest of `cancel` runs there as soon as possible.
         """
         owner = self._owner
-        if owner is None or self.state is State.FINISHED:
+        if owner is None or self._state is State.FINISHED:
             return
         if threading.get_ident() == owner.trio_thread:
-            self.cancelled = True
-            if self.state is State.RUNNING:
+            self._cancelled = True
+            if self._state is State.RUNNING:
                 owner.interrupt()
         try:
             owner.trio_token.run_sync_soon(self.cancel)
@@ -159,11 +222,11 @@ class Request:
     def stats(self) -> StatsSnapshot:
         """Live statistics while running, the final ones once over, zeros before (any thread)."""
         owner = self._owner
-        if self.state is State.RUNNING and owner is not None:
+        if self._state is State.RUNNING and owner is not None:
             try:
                 snapshot = owner.live_stats()
             except Exception:  # noqa: BLE001 - the owner closed meanwhile
-                return self.final_stats
-            if self.state is State.RUNNING:
+                return self._final_stats
+            if self._state is State.RUNNING:
                 return snapshot
-        return self.final_stats
+        return self._final_stats

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 from collections import deque
 from collections.abc import Callable
 from types import TracebackType
@@ -144,14 +143,14 @@ class EventStream:
         self._ready.clear()
         self._req.cancel()
         if self._req.state is not State.NEW:
-            await self._req.finished.wait()
+            await self._req.wait_finished()
 
     async def _settle(self) -> None:
         # The terminal was read: wait (briefly) for the native loop to return.
-        if self._req.state is State.NEW or self._req.finished.is_set():
+        if self._req.state is State.NEW or self._req.is_finished():
             return
         try:
-            await self._req.finished.wait()
+            await self._req.wait_finished()
         except BaseException:
             with trio.CancelScope(shield=True):
                 await self._leave()
@@ -162,16 +161,16 @@ class EventStream:
         timeout = req.options.timeout
         try:
             if timeout is None or not self._started:
-                batch = await req.receive.receive()
+                batch = await req.next_batch()
             else:
                 batch = None
                 with trio.move_on_after(timeout):
-                    batch = await req.receive.receive()
+                    batch = await req.next_batch()
                 if batch is None:
                     await self._time_out(timeout)
                     return
         except trio.EndOfChannel:
-            await req.finished.wait()
+            await req.wait_finished()
             error = req.error or SpecActorError(
                 "the generation stopped before its end: its native run was cancelled "
                 "by something other than this stream")
@@ -180,12 +179,11 @@ class EventStream:
         if batch is STARTED:
             self._started = True
             return
-        req.permits.release()
+        req.release_permit()
         if self._take(batch) and self._stop is not None:
             await self._stop_run()
             # The run went on past the stop string: count only what was delivered.
-            req.final_stats = dataclasses.replace(req.final_stats, tokens_emitted=self._stop.released)
-            self._end(Done(req.final_stats, reason="stop"))
+            self._end(Done(req.count_delivered(self._stop.released), reason="stop"))
 
     def _take(self, batch: list[Event]) -> bool:
         """Move a batch's events to _ready; return True when a stop string matched."""
@@ -217,4 +215,4 @@ class EventStream:
     async def _stop_run(self) -> None:
         with trio.CancelScope(shield=True):
             self._req.cancel()
-            await self._req.finished.wait()
+            await self._req.wait_finished()
