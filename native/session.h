@@ -5,6 +5,7 @@
 #include "shim_internal.h"
 #include "adaptive.h"
 #include "auto_drafter.h"
+#include "prefix_cache.h"
 #include "stats.h"
 #include "thread_budget.h"
 
@@ -40,6 +41,8 @@ struct sa_session {
     std::atomic<int64_t> memory_capacity{0};
     std::atomic<bool> forget{false};
     std::atomic<int64_t> memory_tokens{0}, memory_bytes{0};
+    sa::PrefixCache prefix;  // the prompt prefix kept between runs
+    std::atomic<int32_t> fail_decode_at{0};  // testing: the next run's n-th target decode ends it with an Error
 
     sa_session() = default;
     sa_session(const sa_session &) = delete;

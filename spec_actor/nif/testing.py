@@ -93,3 +93,12 @@ def fix_step_cost_table(handle: SessionHandle, us_by_length: list[float]) -> Non
     """Fix an auto session's step cost to ``us_by_length[n]`` for a step verifying n drafted tokens."""
     buf = ffi.new("double[]", us_by_length)
     check(lib.sa_testing_fix_step_cost_table(handle, buf, len(us_by_length)), "fix step cost table")
+
+
+def fail_decode(handle: SessionHandle, n: int) -> None:
+    """Fault injection: the n-th target decode from now on ends its run with an Error event (0: none).
+
+    The decode itself succeeds first, so the error comes after the memory
+    changed, the way a real failure midway would leave it.
+    """
+    check(lib.sa_testing_fail_decode(handle, n), "fail decode")
