@@ -16,7 +16,6 @@ import threading
 from collections.abc import Callable, Sequence
 
 import pytest
-import trio
 from greedy_helpers import EOG, GEMMA_NEAR_TIE, assert_lossless
 from serve_helpers import http, metric, metrics, openai_client, serving
 from tiny_model_fixtures import (  # noqa: F401 - fixtures, found by pytest in this namespace
@@ -54,10 +53,6 @@ def held_after(prompt: Sequence[int], result: RunResult) -> list[int]:
     return list(prompt) + out
 
 
-def with_eog(result: RunResult) -> list[int]:
-    return list(result.tokens) + ([EOG] if result.status == "eog" else [])
-
-
 def fresh(model: spec_actor.Model, spec: Spec | str, prompt: Sequence[int] | str, n: int,
           **options: object) -> RunResult:
     """The same request on a session that never ran anything."""
@@ -88,7 +83,7 @@ def run_until(session: Session, prompt: Sequence[int], n: int, stop_after: int, 
 DOC = ("The lighthouse on Gull Rock was built in 1871 from granite quarried on the island. Its lamp burned "
        "whale oil until 1902, then kerosene, and since 1954 it has been electric. The keeper's cottage has "
        "three rooms and a garden where the last keeper, Ada Penrose, grew potatoes and onions. The light "
-       "flashes white every ten seconds and can be seen for eighteen nautical miles. ") * 2
+       "flashes white every ten seconds and can be seen for eighteen nautical miles. ")
 QUESTIONS = ("When was the lighthouse built?", "What did the lamp burn first?", "Who was the last keeper?",
              "What grew in the garden?", "How often does the light flash?", "How far can it be seen?")
 
@@ -103,7 +98,7 @@ async def test_six_turn_chat_reuses_the_previous_prompt_and_reply(gemma):
             for question in QUESTIONS:
                 messages.append({"role": "user", "content": question})
                 prompt = gemma.tokenizer.encode(gemma.apply_chat_template(messages), parse_special=True)
-                async with actor.chat_events(messages, max_tokens=24, temp=0.0) as events:
+                async with actor.chat_events(messages, max_tokens=20, temp=0.0) as events:
                     evs = [ev async for ev in events]
                 tokens = [ev.id for ev in evs if type(ev) is Token and ev.id >= 0]
                 terminal = evs[-1]
@@ -185,7 +180,7 @@ def test_every_drafter_kind_equals_a_fresh_session(request, family):
         assert r4.stats.prompt_reused > 0 or family == "hybrid-mtp"
 
 
-def test_hybrid_reuses_checkpoints_within_the_budget(hybrid_model):
+def test_hybrid_reuses_checkpoints_within_the_budget(hybrid_model):  # noqa: F811
     with Session(hybrid_model, spec="none", **CTX) as session:
         p1 = session.tokenize(TEXT)
         r1 = session.run(p1, max_tokens=30, temp=0.0)
@@ -216,7 +211,7 @@ def test_hybrid_reuses_checkpoints_within_the_budget(hybrid_model):
         assert session.prefix_cache_usage().checkpoints == 0
 
 
-def test_sampled_and_grammar_requests_equal_a_fresh_session(tiny_target):
+def test_sampled_and_grammar_requests_equal_a_fresh_session(tiny_target):  # noqa: F811
     spec = Spec("ngram-mod", n_draft=8, ngram_mod_n_match=2)
     options = [{"temp": 0.9, "seed": 7}, {"temp": 0.0, "grammar": 'root ::= [a-z ]{8,30} "."'}]
     with Session(tiny_target, spec=spec, **CTX) as session:
@@ -293,7 +288,7 @@ def test_an_error_leaves_the_cache_empty(request, model_fixture, fail_at):
         assert r.tokens == fresh(model, spec, p1, 40).tokens
 
 
-def test_a_consumer_error_keeps_what_was_computed(tiny_target):
+def test_a_consumer_error_keeps_what_was_computed(tiny_target):  # noqa: F811
     class Boom(Exception):
         pass
 
@@ -343,7 +338,7 @@ async def test_interleaved_conversations_never_share_tokens(request, model_fixtu
                 convs[name] = list(prompt) + tokens + model.tokenizer.encode(" and", add_special=False)
 
 
-async def test_prefix_cache_off_and_forget(tiny_target):
+async def test_prefix_cache_off_and_forget(tiny_target):  # noqa: F811
     prompt = tiny_target.tokenizer.encode(TEXT)
 
     async def reused(actor) -> int:
