@@ -203,7 +203,9 @@ def wall(runs: list[list[Turn]]) -> float:
     return statistics.median(sum(t.seconds for t in run) for run in runs)
 
 
-def table(results: dict[str, Any]) -> Table:
+def report_table(report: dict[str, Any]) -> Table:
+    """Per workload and turn: prompt tokens, the actor's reused tokens, TTFT and turn time of each system (medians)."""
+    results = report["results"]
     systems = [s for s in SYSTEMS if s in next(iter(results.values()))]
     header = ["workload", "turn", "prompt", "reused"] + [f"TTFT {s}" for s in systems] + \
              [f"turn {s}" for s in systems]
@@ -265,7 +267,7 @@ def main() -> int:
             measured = trio.run(measure, model, url, args.reps, args.turns, args.max_tokens)
     results = {w: {s: [[asdict(t) for t in run] for run in runs] for s, runs in by.items()}
                for w, by in measured.items()}
-    print(table(results).plain())
+    print(report_table({"results": results}).plain())
     add_targets(report, measured)
     print("\n" + targets_table(report.targets).plain())
     print(f"\n{args.reps} reps, medians; {len(os.sched_getaffinity(0))} of {os.cpu_count()} CPUs; "

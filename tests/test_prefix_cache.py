@@ -394,3 +394,19 @@ def test_serve_cli_has_a_no_prefix_cache_flag():
     _serve.add_parser(parser.add_subparsers())
     assert parser.parse_args(["serve"]).prefix_cache is True
     assert parser.parse_args(["serve", "--no-prefix-cache"]).prefix_cache is False
+
+
+def test_print_stats_reports_the_prefix_cache(tiny_target, hybrid_model, capfd):  # noqa: F811
+    with Session(tiny_target, spec="none", **CTX) as session:
+        prompt = session.tokenize(TEXT)
+        for _ in range(2):
+            session.run(prompt, max_tokens=4, temp=0.0)
+        session.print_stats()
+    err = capfd.readouterr().err
+    held = len(prompt) + 3  # the prompt and the output but its last token
+    assert f"prefix cache: on, {len(prompt) - 1} of {2 * len(prompt)} prompt tokens reused, {held} tokens held" in err
+    assert "checkpoints" not in err
+    with Session(hybrid_model, spec="none", **CTX) as session:
+        session.run(prompt, max_tokens=4, temp=0.0)
+        session.print_stats()
+    assert ", 2 checkpoints (" in capfd.readouterr().err
