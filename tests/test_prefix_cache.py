@@ -136,6 +136,7 @@ FAMILIES: dict[str, tuple[str, Callable[[Callable[[str], spec_actor.Model]], Spe
     "hybrid-none": ("hybrid_model", lambda get: Spec("none"), False),
     "hybrid-ngram-mod": ("hybrid_model", lambda get: Spec("ngram-mod", n_draft=8, ngram_mod_n_match=2), False),
     "hybrid-mtp": ("hybrid_model", lambda get: Spec("mtp", n_draft=3), True),
+    "hybrid-auto": ("hybrid_model", lambda get: Spec("auto"), False),
 }
 
 
