@@ -10,14 +10,15 @@ before the next turn:
 - agent: a ~1,000-token system prompt describing tools and a task, then each
   turn the assistant's output and a ~200-token tool result.
 
-Each runs on three systems: the actor with its defaults (``Spec("auto")``,
-``prefix_cache=True``); the actor cold (``Spec("none")``,
-``prefix_cache=False``); and ``llama-server`` built from the same llama.cpp
+Each runs on the actor with its defaults (``Spec("auto")``,
+``prefix_cache=True``) and on ``llama-server`` built from the same llama.cpp
 source and flags (bench/llama_server_build.py, decision 0002) with its
 defaults (prompt cache on), one slot, every CPU. Both get the same token ids,
 rendered with the model's chat template by spec_actor; each continues with
-its own replies. Per turn: time to the first token (TTFT) and the turn's
-time (prompt and generation). Within a rep the systems take turns running
+its own replies. The cold actor (``Spec("none")``, ``prefix_cache=False``)
+runs the actor's prompts of ``--cold-turns`` (it keeps nothing, so the turns
+before do not change its time). Per turn: time to the first token (TTFT)
+and the turn's time (prompt and generation). Within a rep the systems take turns running
 whole conversations; each rep's conversations start with their own first
 line, and the actor forgets between reps, so no cache carries across reps.
 Shown: medians over ``--reps``.
@@ -152,25 +153,30 @@ async def server_turn(client: httpx.AsyncClient, tokens: list[int], max_tokens: 
 
 
 async def conversation(model: spec_actor.Model, turn_fn: Callable[[list[int]], Any],
-                       opening: list[dict[str, str]], inputs: Sequence[str], role: str) -> list[Turn]:
-    """One whole conversation: each input as a ``role`` message, the reply appended after it."""
+                       opening: list[dict[str, str]], inputs: Sequence[str],
+                       role: str) -> tuple[list[Turn], list[list[int]]]:
+    """One whole conversation: each input as a ``role`` message, the reply appended after it.
+
+    Returns the turns and the prompt of each.
+    """
     messages = list(opening)
-    turns = []
+    turns, prompts = [], []
     for text in inputs:
         messages.append({"role": role, "content": text})
-        tokens = model.tokenizer.encode(model.apply_chat_template(messages), parse_special=True)
-        turn = await turn_fn(tokens)
+        prompts.append(model.tokenizer.encode(model.apply_chat_template(messages), parse_special=True))
+        turn = await turn_fn(prompts[-1])
         turns.append(turn)
         messages.append({"role": "assistant", "content": turn.text.strip() or "(no reply)"})
-    return turns
+    return turns, prompts
 
 
-async def measure(model: spec_actor.Model, server_url: str | None, reps: int, turns: int,
-                  max_tokens: int) -> dict[str, dict[str, list[list[Turn]]]]:
-    """{workload: {system: [one list of turns per rep]}}."""
+async def measure(model: spec_actor.Model, server_url: str | None, reps: int, turns: int, max_tokens: int,
+                  cold_turns: Sequence[int]) -> dict[str, dict[str, list[list[Turn | None]]]]:
+    """{workload: {system: [one list of turns per rep]}}; the cold actor runs the actor's prompts of
+    ``cold_turns`` only (it keeps nothing, so the turns before do not change its time), None elsewhere."""
     workloads = {"chat": (chat_workload, "user"), "agent": (agent_workload, "user")}
     systems = [s for s in SYSTEMS if server_url is not None or s != "llama-server"]
-    out: dict[str, dict[str, list[list[Turn]]]] = {w: {s: [] for s in systems} for w in workloads}
+    out: dict[str, dict[str, list[list[Turn | None]]]] = {w: {s: [] for s in systems} for w in workloads}
     async with open_actor(model, n_ctx=N_CTX) as actor, \
             open_actor(model, spec=Spec("none"), prefix_cache=False, n_ctx=N_CTX) as cold, \
             httpx.AsyncClient(base_url=server_url or "http://unused", timeout=600) as client:
@@ -184,22 +190,32 @@ async def measure(model: spec_actor.Model, server_url: str | None, reps: int, tu
             actor.forget()  # no memory of the previous rep's conversations either
             for workload, (make, role) in workloads.items():
                 opening, inputs = make(model, rep, turns)
-                order = systems[rep % len(systems):] + systems[:rep % len(systems)]
+                warm_systems = [s for s in systems if s != "actor cold"]
+                order = warm_systems[rep % len(warm_systems):] + warm_systems[:rep % len(warm_systems)]
                 for system in order:
-                    out[workload][system].append(await conversation(model, run[system], opening, inputs, role))
-                    done = out[workload][system][-1]
+                    done, prompts = await conversation(model, run[system], opening, inputs, role)
+                    out[workload][system].append(done)
                     print(f"  rep {rep + 1} {workload} {system}: {sum(t.seconds for t in done):.2f} s",
                           file=sys.stderr, flush=True)
+                    if system == "actor":
+                        out[workload]["actor cold"].append(
+                            [await run["actor cold"](p) if i + 1 in cold_turns else None for i, p in enumerate(prompts)])
     return out
 
 
-def per_turn(runs: list[list[Turn]], field: str) -> list[float]:
-    """The median over reps of ``field`` at each turn."""
-    return [statistics.median(getattr(run[i], field) for run in runs) for i in range(len(runs[0]))]
+def per_turn(runs: list[list[Turn | None]], field: str) -> list[float | None]:
+    """The median over reps of ``field`` at each turn (None where a turn was not measured)."""
+    medians = []
+    for i in range(len(runs[0])):
+        values = [getattr(run[i], field) for run in runs if run[i] is not None]
+        medians.append(statistics.median(values) if values else None)
+    return medians
 
 
-def wall(runs: list[list[Turn]]) -> float:
-    """The median over reps of a whole conversation's time."""
+def wall(runs: list[list[Turn | None]]) -> float | None:
+    """The median over reps of a whole conversation's time (None unless every turn was measured)."""
+    if any(t is None for run in runs for t in run):
+        return None
     return statistics.median(sum(t.seconds for t in run) for run in runs)
 
 
@@ -210,15 +226,17 @@ def report_table(report: dict[str, Any]) -> Table:
     header = ["workload", "turn", "prompt", "reused"] + [f"TTFT {s}" for s in systems] + \
              [f"turn {s}" for s in systems]
     t = Table(header, "lrrr" + "r" * 2 * len(systems))
+    def shown(value: float | None, scale: float, unit: str) -> str:
+        return "" if value is None else f"{value * scale:.{0 if unit == ' ms' else 2}f}{unit}"
+
     for workload, by_system in results.items():
-        runs = {s: [[Turn(**turn) for turn in run] for run in by_system[s]] for s in systems}
+        runs = {s: [[Turn(**turn) if turn else None for turn in run] for run in by_system[s]] for s in systems}
         ttft = {s: per_turn(runs[s], "ttft_s") for s in systems}
         secs = {s: per_turn(runs[s], "seconds") for s in systems}
-        first = runs["actor"][0]
-        for i, turn in enumerate(first):
-            t.add(workload, i + 1, turn.prompt_tokens, turn.reused, *(f"{ttft[s][i] * 1000:.0f} ms" for s in systems),
-                  *(f"{secs[s][i]:.2f} s" for s in systems))
-        t.add(workload, "all", "", "", *("" for _ in systems), *(f"{wall(runs[s]):.2f} s" for s in systems))
+        for i, turn in enumerate(runs["actor"][0]):
+            t.add(workload, i + 1, turn.prompt_tokens, turn.reused, *(shown(ttft[s][i], 1000, " ms") for s in systems),
+                  *(shown(secs[s][i], 1, " s") for s in systems))
+        t.add(workload, "all", "", "", *("" for _ in systems), *(shown(wall(runs[s]), 1, " s") for s in systems))
         t.section()
     return t
 
@@ -235,9 +253,10 @@ def add_targets(report: Report, results: dict[str, dict[str, list[list[Turn]]]])
                                  wall(chat["actor"]) / wall(chat["llama-server"]), "<=", 0.9, "x"))
     if len(actor_ttft) >= 6:
         report.add_target(Target("chat: actor TTFT turn 6 / turn 2", actor_ttft[5] / actor_ttft[1], "<=", 1.5, "x"))
-    if len(agent["actor"][0]) >= 5:
-        report.add_target(Target("agent: turn 5, cold actor / actor", per_turn(agent["actor cold"], "seconds")[4] /
-                                 per_turn(agent["actor"], "seconds")[4], ">=", 3.0, "x"))
+    cold = per_turn(agent["actor cold"], "seconds")
+    if len(cold) >= 5 and cold[4] is not None:
+        report.add_target(Target("agent: turn 5, cold actor / actor", cold[4] / per_turn(agent["actor"], "seconds")[4],
+                                 ">=", 3.0, "x"))
 
 
 def llama_server_cmd(exe: Path, port: int) -> list[str]:
@@ -251,21 +270,24 @@ def main() -> int:
     parser.add_argument("--reps", type=int, default=2, help="conversations per system and workload")
     parser.add_argument("--turns", type=int, default=6)
     parser.add_argument("--max-tokens", type=int, default=48, help="tokens per answer")
+    parser.add_argument("--cold-turns", type=int, nargs="*", default=[5], metavar="TURN",
+                        help="turns the cold actor runs (the actor's prompts; default: 5, the target's)")
     parser.add_argument("--no-llama-server", action="store_true", help="measure the actor only")
     add_report_options(parser)
     args = parser.parse_args()
     report = Report("bench_multiturn", {"reps": args.reps, "turns": args.turns, "max_tokens": args.max_tokens,
-                                        "n_ctx": N_CTX, "llama_server": not args.no_llama_server})
+                                        "cold_turns": args.cold_turns, "n_ctx": N_CTX,
+                                        "llama_server": not args.no_llama_server})
     load = os.getloadavg()[0]
     model = spec_actor.load_model()
     if args.no_llama_server:
-        measured = trio.run(measure, model, None, args.reps, args.turns, args.max_tokens)
+        measured = trio.run(measure, model, None, args.reps, args.turns, args.max_tokens, args.cold_turns)
     else:
         exe = build_llama_server()
         port = free_port()
         with running(llama_server_cmd(exe, port), port) as url:
-            measured = trio.run(measure, model, url, args.reps, args.turns, args.max_tokens)
-    results = {w: {s: [[asdict(t) for t in run] for run in runs] for s, runs in by.items()}
+            measured = trio.run(measure, model, url, args.reps, args.turns, args.max_tokens, args.cold_turns)
+    results = {w: {s: [[asdict(t) if t else None for t in run] for run in runs] for s, runs in by.items()}
                for w, by in measured.items()}
     print(report_table({"results": results}).plain())
     add_targets(report, measured)
