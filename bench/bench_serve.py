@@ -32,6 +32,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import AsyncIterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -128,6 +129,15 @@ def llama_server_cmd(exe: Path, port: int, clients: int, spec: str | None) -> li
     return cmd + (["--spec-type", spec] if spec and spec not in ("none", "auto") else [])
 
 
+async def sse_objects(client: httpx.AsyncClient, path: str, body: dict) -> AsyncIterator[dict]:
+    """POST ``body`` to ``path`` and yield the JSON objects of the server-sent events as they arrive."""
+    async with client.stream("POST", path, json=body) as response:
+        response.raise_for_status()
+        async for line in response.aiter_lines():
+            if line.startswith("data: {"):
+                yield json.loads(line[6:])
+
+
 async def stream_one(client: httpx.AsyncClient, prompt: str, max_tokens: int) -> tuple[int, float]:
     """Stream one greedy completion; return (tokens, seconds to the first token)."""
     body = {"prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "stream": True,
@@ -135,18 +145,13 @@ async def stream_one(client: httpx.AsyncClient, prompt: str, max_tokens: int) ->
     start = time.monotonic()
     ttft = None
     chunks = usage = 0
-    async with client.stream("POST", "/v1/completions", json=body) as response:
-        response.raise_for_status()
-        async for line in response.aiter_lines():
-            if not line.startswith("data: {"):
-                continue
-            data = json.loads(line[6:])
-            if data.get("usage"):
-                usage = data["usage"]["completion_tokens"]
-            if data.get("choices") and data["choices"][0].get("text"):
-                chunks += 1
-                if ttft is None:
-                    ttft = time.monotonic() - start
+    async for data in sse_objects(client, "/v1/completions", body):
+        if data.get("usage"):
+            usage = data["usage"]["completion_tokens"]
+        if data.get("choices") and data["choices"][0].get("text"):
+            chunks += 1
+            if ttft is None:
+                ttft = time.monotonic() - start
     return usage or chunks, ttft if ttft is not None else time.monotonic() - start
 
 

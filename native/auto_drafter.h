@@ -62,6 +62,7 @@ public:
 
     int32_t last_drafter() const override { return chosen_; }
     int32_t n_draft_in_use() const override { return last_n_; }
+    bool catches_up() const override { return lazy_; }
 
     // Tests and benchmarks: fixes the step cost (StepCost::fix) for the rest of the session.
     void fix_step_cost(std::vector<double> us_by_length) { verify_.fix(std::move(us_by_length)); }

@@ -56,6 +56,9 @@ public:
     virtual int32_t last_drafter() const = 0;
     // The draft length to report as in use after draft() (-1: unchanged).
     virtual int32_t n_draft_in_use() const { return -1; }
+    // Whether the drafter brings its own context up to the target's before
+    // it drafts, so that context may lag behind (auto's draft model).
+    virtual bool catches_up() const { return false; }
 };
 
 // One draft call on a common_speculative, with its guard (ngram-cache needs 4

@@ -68,6 +68,11 @@ private:
     int32_t n_emitted_ = 0;
     int32_t next_stats_at_ = 0;
     bool fresh_ = false;  // keep nothing from earlier runs (forget() or memory 0)
+    int32_t n_reused_ = 0;     // prompt tokens whose state the prefix cache kept
+    llama_tokens tail_;        // decoded past the terminal token (a stopped step's accepted drafts)
+    llama_pos last_pos_ = -1;  // the last position the target decoded
+    bool cut_ = false;         // a decode was cancelled midway: a recurrent state is not trusted
+    bool errored_ = false;     // an Error event ended the run
 
     bool cancelled() const { return s_.cancelled(); }
 
@@ -98,9 +103,12 @@ private:
     void emit_stats(int kind, llama_token eog_id = -1);
     // Delivers a terminal Error event; the run then ends with SA_OK.
     sa_status end_with_error(int code, const std::string & msg);
+    // Hands what the contexts hold at the end of the run to the prefix cache.
+    void keep_prefix(sa_status st);
 };
 
 sa_status Run::end_with_error(int code, const std::string & msg) {
+    errored_ = true;
     events_.error(code, msg);
     events_.flush();
     return SA_OK;
@@ -117,12 +125,18 @@ std::optional<sa_status> Run::decode(const char * what, const char * drafter_wha
     threads_.refresh();
     const int32_t ret = llama_process(s_.ctx_tgt, LLAMA_PROCESS_TYPE_DECODE, batch_.get());
     if (ret != 0) {
+        cut_ = true;
         if (ret == 2 && cancelled()) return SA_CANCELLED;
         const std::string detail = last_native_log_error();
         return end_with_error(SA_ERR_DECODE, std::string(what) + " failed (llama_decode returned " + std::to_string(ret) + ")" +
                               (ret == 1 ? ": the context is full; raise n_ctx" : detail.empty() ? "" : ": " + detail));
     }
+    last_pos_ = batch_.tokens.back().pos[0];
+    if (s_.fail_decode_at.load() > 0 && s_.fail_decode_at.fetch_sub(1) == 1) {
+        return end_with_error(SA_ERR_DECODE, std::string(what) + " failed: injected by sa_testing_fail_decode");
+    }
     if (drafter_ && !drafter_->process(batch_)) {
+        cut_ = true;
         if (cancelled()) return SA_CANCELLED;
         return end_with_error(SA_ERR_DECODE, std::string("the speculative drafter failed to process ") + drafter_what);
     }
@@ -133,14 +147,23 @@ std::optional<sa_status> Run::prefill() {
     const int64_t t0 = ggml_time_us();
     const int32_t n_batch = (int32_t) llama_n_batch(s_.ctx_tgt);
     const int32_t n = p_.n_prompt - 1;  // the last prompt token is decoded with the first draft
-    for (int32_t i0 = 0; i0 < n; i0 += n_batch) {
+    // The end of the prompt is where a request that repeats or extends it
+    // resumes. With a draft context such a request decodes the last two
+    // prompt tokens again (PrefixCache::resume), so a checkpoint of a
+    // recurrent target goes before them: a batch ends there.
+    const int32_t n_ckpt = n - (s_.ctx_dft ? 1 : 0);
+    prompt_tgt_.assign(p_.prompt, p_.prompt + n_reused_);
+    for (int32_t i0 = n_reused_; i0 < n;) {
         if (cancelled()) return SA_CANCELLED;
         batch_.clear();
-        const int32_t i1 = std::min(n, i0 + n_batch);
+        int32_t i1 = std::min(n, i0 + n_batch);
+        if (i0 < n_ckpt && n_ckpt < i1) i1 = n_ckpt;
         for (int32_t i = i0; i < i1; ++i) batch_.add(p_.prompt[i], i, 0, false);
         if (auto ended = decode("prompt prefill", "the prompt")) return ended;
+        prompt_tgt_.insert(prompt_tgt_.end(), p_.prompt + i0, p_.prompt + i1);  // what a cancel keeps
+        if (i1 == n_ckpt) s_.prefix.checkpoint(s_, n_ckpt);
+        i0 = i1;
     }
-    prompt_tgt_.assign(p_.prompt, p_.prompt + n);
     id_last_ = p_.prompt[n];
     s_.stats.add(&Counters::t_prefill_us, ggml_time_us() - t0);
     return std::nullopt;
@@ -148,22 +171,40 @@ std::optional<sa_status> Run::prefill() {
 
 sa_status Run::execute() {
     t_start_ = ggml_time_us();
-    s_.stats.begin_run(t_start_, (uint64_t) p_.n_prompt);
     next_stats_at_ = p_.emit_stats_every;
-    clear_memory(s_.ctx_tgt);
-    clear_memory(s_.ctx_dft);
     const bool forget = s_.forget.exchange(false);
     if (forget) s_.memory.clear();
     s_.memory.set_capacity((size_t) s_.memory_capacity.load());
     fresh_ = forget || s_.memory.capacity() == 0;
+    n_reused_ = s_.prefix.resume(s_, p_.prompt, p_.n_prompt, forget);
+    s_.stats.begin_run(t_start_, (uint64_t) p_.n_prompt, (uint64_t) n_reused_);
+    s_.stats.add(&Counters::t_prefill_us, ggml_time_us() - t_start_);  // trimming or restoring the kept prefix
     prompt_tgt_.reserve(n_ctx_);
     const std::optional<sa_status> ended = prefill();
     const sa_status st = ended ? *ended : loop();
+    keep_prefix(st);
     s_.stats.set_elapsed(ggml_time_us(), t_decode_start_);
     s_.stats.end_run();
     s_.memory_tokens.store((int64_t) s_.memory.size_tokens());
     s_.memory_bytes.store((int64_t) s_.memory.bytes());
     return st;
+}
+
+void Run::keep_prefix(sa_status st) {
+    if (errored_) {
+        s_.prefix.drop(s_);
+        return;
+    }
+    // prompt_tgt_ holds the tokens decoded before the newest one, at a step's
+    // end or up to the last completed prefill batch; a recurrent state also
+    // holds the tail (a trimmable memory drops it).
+    llama_tokens tokens = std::move(prompt_tgt_);
+    if (needs_checkpoints(s_)) tokens.insert(tokens.end(), tail_.begin(), tail_.end());
+    const bool live = !(st == SA_CANCELLED && cut_);
+    // A rollback snapshot that llama.cpp applies with the next decode (n_rs_seq)
+    // is not in the state a checkpoint would save now.
+    const bool settled = last_pos_ < (llama_pos) tokens.size();
+    s_.prefix.keep(s_, std::move(tokens), live, st == SA_OK && settled);
 }
 
 bool Run::trim(llama_memory_t mem, llama_pos p0) {
@@ -218,18 +259,26 @@ std::optional<sa_status> Run::roll_back(llama_tokens && ids, common_sampler_ptr 
 }
 
 int Run::emit(const llama_tokens & ids, llama_token * eog_id) {
-    for (const llama_token id : ids) {
+    for (size_t i = 0; i < ids.size(); ++i) {
+        const llama_token id = ids[i];
         prompt_tgt_.push_back(id_last_);
         id_last_ = id;
+        int terminal = -1;
         if (llama_vocab_is_eog(vocab_, id)) {
             *eog_id = id;
-            return SA_EV_EOG;
+            terminal = SA_EV_EOG;
+        } else {
+            events_.token(id);
+            ++n_emitted_;
+            s_.stats.add(&Counters::tokens_emitted, (uint64_t) 1);
+            if (n_emitted_ == 1) s_.stats.set_ttft(ggml_time_us() - t_start_);
+            if (n_emitted_ >= p_.max_tokens) terminal = SA_EV_DONE;
         }
-        events_.token(id);
-        ++n_emitted_;
-        s_.stats.add(&Counters::tokens_emitted, (uint64_t) 1);
-        if (n_emitted_ == 1) s_.stats.set_ttft(ggml_time_us() - t_start_);
-        if (n_emitted_ >= p_.max_tokens) return SA_EV_DONE;
+        if (terminal >= 0) {
+            // ids[i..] past this token were decoded too, all but the last (the target's own sample)
+            tail_.assign(ids.begin() + (std::ptrdiff_t) i, ids.end() - 1);
+            return terminal;
+        }
     }
     return -1;
 }

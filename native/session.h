@@ -4,8 +4,9 @@
 
 #include "shim_internal.h"
 #include "drafter.h"
-#include "token_memory.h"
+#include "prefix_cache.h"
 #include "spec_types.h"
+#include "token_memory.h"
 #include "stats.h"
 #include "thread_budget.h"
 
@@ -53,6 +54,8 @@ struct sa_session {
     std::atomic<int64_t> memory_capacity{0};
     std::atomic<bool> forget{false};
     std::atomic<int64_t> memory_tokens{0}, memory_bytes{0};
+    sa::PrefixCache prefix;  // the prompt prefix kept between runs
+    std::atomic<int32_t> fail_decode_at{0};  // testing: the next run's n-th target decode ends it with an Error
 
     sa_session() = default;
     sa_session(const sa_session &) = delete;

@@ -7,9 +7,30 @@
 #include "common.h"
 
 #include <cstdio>
+#include <string>
 #include <memory>
 
 using namespace sa;
+
+namespace {
+
+void print_prefix_stats(const sa_session & s) {
+    sa_stats total;
+    s.stats.read(0, &total);
+    sa_prefix_usage u;
+    s.prefix.usage(&u);
+    std::fprintf(stderr, "prefix cache: %s, %llu of %llu prompt tokens reused, %lld tokens held",
+                 s.prefix.enabled.load() ? "on" : "off", (unsigned long long) total.prompt_reused,
+                 (unsigned long long) total.prompt_tokens, (long long) u.tokens);
+    if (needs_checkpoints(s)) {
+        std::fprintf(stderr, ", %lld checkpoints (%.2f MiB; %lld saved in %.1f ms, %lld restored in %.1f ms)",
+                     (long long) u.checkpoints, (double) u.checkpoint_bytes / (1 << 20), (long long) u.saves,
+                     (double) u.save_us / 1000.0, (long long) u.restores, (double) u.restore_us / 1000.0);
+    }
+    std::fprintf(stderr, "\n");
+}
+
+}  // namespace
 
 extern "C" {
 
@@ -70,6 +91,20 @@ void sa_session_stats(const sa_session * s, int32_t which, sa_stats * out) {
 
 uint64_t sa_session_stats_version(const sa_session * s) { return s ? s->stats.version() : 0; }
 
+sa_status sa_session_set_prefix_cache(sa_session * s, int32_t enabled, int64_t checkpoint_bytes) {
+    if (s == nullptr) return fail(SA_ERR_INVALID_ARG, "sa_session_set_prefix_cache: null session");
+    if (checkpoint_bytes < 0) {
+        return fail(SA_ERR_INVALID_ARG, "prefix_checkpoint_bytes=" + std::to_string(checkpoint_bytes) + " must be >= 0");
+    }
+    s->prefix.enabled.store(enabled != 0);
+    s->prefix.checkpoint_budget.store(checkpoint_bytes);
+    return SA_OK;
+}
+
+void sa_session_prefix_usage(const sa_session * s, sa_prefix_usage * out) {
+    if (s != nullptr && out != nullptr) s->prefix.usage(out);
+}
+
 uint32_t sa_session_n_ctx(const sa_session * s) { return s ? llama_n_ctx(s->ctx_tgt) : 0; }
 
 uint32_t sa_session_n_batch(const sa_session * s) { return s ? llama_n_batch(s->ctx_tgt) : 0; }
@@ -84,6 +119,7 @@ void sa_session_print_stats(const sa_session * s) {
         } else {
             std::fprintf(stderr, "speculative decoding: none (plain decoding)\n");
         }
+        print_prefix_stats(*s);
         common_perf_print(s->ctx_tgt, nullptr);
     });
 }

@@ -45,8 +45,9 @@ extern "C" {
 #endif
 
 /* CDEF-BEGIN */
-#define SA_EVENT_SCHEMA_VERSION 2
+#define SA_EVENT_SCHEMA_VERSION 3
 #define SA_MAX_DRAFT_POS 64         /* length of the per-position stats arrays */
+#define SA_DEFAULT_CHECKPOINT_BYTES 268435456  /* default budget of a session's prefix checkpoints (256 MiB) */
 
 typedef enum {
     SA_OK = 0,
@@ -178,6 +179,8 @@ typedef struct {
     uint64_t tokens_emitted;
     uint64_t prompt_tokens;
     uint64_t requests;
+    uint64_t prompt_reused;     /* prompt tokens whose state was kept from earlier requests (the prefix cache) */
+    uint64_t prompt_prefilled;  /* prompt tokens evaluated: prompt_tokens - prompt_reused */
     int64_t t_prefill_us;
     int64_t t_draft_us;
     int64_t t_verify_us;
@@ -262,10 +265,26 @@ uint32_t sa_session_n_batch(const sa_session * session);
 /* Cross-request memory of the session (Spec "auto"): capacity in tokens kept
  * from earlier requests (0: none). Takes effect before the next run. */
 sa_status sa_session_set_memory(sa_session * session, int64_t capacity_tokens);
-/* Forget the memory's earlier requests before the next run (any thread, lock-free). */
+/* Forget the memory's earlier requests and the kept prompt prefix before the next run (any thread, lock-free). */
 void sa_session_forget(sa_session * session);
 /* Tokens held by the memory and the bytes it uses (as of the last run's end). */
 void sa_session_memory_usage(const sa_session * session, int64_t * tokens, int64_t * bytes);
+/* The prompt prefix a session keeps between runs, as of the last run's end. */
+typedef struct {
+    int64_t tokens;            /* tokens whose state the contexts hold */
+    int64_t checkpoints;       /* state checkpoints kept (recurrent and hybrid models) */
+    int64_t checkpoint_bytes;  /* their size */
+    int64_t saves;             /* checkpoints saved since the session began */
+    int64_t save_us;           /* the time saving them took */
+    int64_t restores;          /* checkpoints restored since the session began */
+    int64_t restore_us;        /* the time restoring them took */
+} sa_prefix_usage;
+/* Keep the context between runs and reuse the longest common token prefix
+ * (enabled != 0), with at most checkpoint_bytes of state checkpoints on
+ * recurrent and hybrid models (0: none; only a request that continues the
+ * whole cached sequence reuses it there). Takes effect before the next run. */
+sa_status sa_session_set_prefix_cache(sa_session * session, int32_t enabled, int64_t checkpoint_bytes);
+void sa_session_prefix_usage(const sa_session * session, sa_prefix_usage * out);
 /* llama.cpp's name of a drafter id ("ngram-mod", "memory", "none"); "" when unknown. */
 const char * sa_drafter_name(int32_t drafter);
 /* llama.cpp's own speculative summary (common_speculative_print_stats) to stderr. */
@@ -325,6 +344,10 @@ sa_status sa_testing_expected_tokens(const int32_t * n_checked, const int32_t * 
  * for prompt batches (set per run by the thread budget). Call it from the
  * run's own thread (its event callback) or between runs. */
 sa_status sa_testing_threads_in_use(const sa_session * session, int32_t * n_threads, int32_t * n_threads_batch);
+/* Fault injection: the n-th target decode of the runs from now on (n >= 1;
+ * 0 cancels) succeeds in llama.cpp and then ends its run with an Error
+ * event, as a failed decode would, after the memory changed. */
+sa_status sa_testing_fail_decode(sa_session * session, int32_t n);
 /* CDEF-END */
 
 #ifdef __cplusplus

@@ -60,7 +60,7 @@ void Stats::add_step(int32_t drafter, int32_t n_drafted, int32_t n_accepted) {
     end_write();
 }
 
-void Stats::begin_run(int64_t now_us, uint64_t n_prompt) {
+void Stats::begin_run(int64_t now_us, uint64_t n_prompt, uint64_t n_reused) {
     begin_write();
     last.reset();
     run_start_us_ = now_us;
@@ -69,6 +69,8 @@ void Stats::begin_run(int64_t now_us, uint64_t n_prompt) {
     for (Counters * c : {&total, &last}) {
         bump(c->requests, (uint64_t) 1);
         bump(c->prompt_tokens, n_prompt);
+        bump(c->prompt_reused, n_reused);
+        bump(c->prompt_prefilled, n_prompt - n_reused);
     }
     running_.store(1, relaxed);
     end_write();

@@ -22,6 +22,7 @@ using PerDrafter = uint64_t[SA_N_DRAFTERS];
 #define SA_STATS_COUNTERS(X)                                                                    \
     X(uint64_t, iters) X(uint64_t, drafts_generated) X(uint64_t, drafts_accepted)               \
     X(uint64_t, tokens_emitted) X(uint64_t, prompt_tokens) X(uint64_t, requests)                \
+    X(uint64_t, prompt_reused) X(uint64_t, prompt_prefilled)                                    \
     X(int64_t, t_prefill_us) X(int64_t, t_draft_us) X(int64_t, t_verify_us)                     \
     X(int64_t, t_sample_us) X(int64_t, t_total_us) X(int64_t, t_decode_us) X(int64_t, ttft_us)
 
@@ -70,8 +71,9 @@ public:
     // for a plain step), draft length and accepted count.
     void add_step(int32_t drafter, int32_t n_drafted, int32_t n_accepted);
 
-    // Start of a run: clears `last`, remembers the cumulative bases.
-    void begin_run(int64_t now_us, uint64_t n_prompt);
+    // Start of a run: clears `last`, remembers the cumulative bases; of the
+    // n_prompt tokens, n_reused come from the prefix cache.
+    void begin_run(int64_t now_us, uint64_t n_prompt, uint64_t n_reused);
     void set_ttft(int64_t us);
     // Live wall-clock timings, called every loop step and at the end.
     void set_elapsed(int64_t now_us, int64_t decode_start_us);

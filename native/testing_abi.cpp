@@ -29,6 +29,7 @@ sa_status sa_testing_top2(sa_session * s, const int32_t * tokens, int32_t n, int
         }
     }
     return guarded("top-2 probe", [&]() -> sa_status {
+        s->prefix.invalidate();
         clear_memory(s->ctx_tgt);
         common_batch batch(s->ctx_tgt);
         for (int32_t i = 0; i < n; ++i) batch.add(tokens[i], i, 0, i == n - 1);
@@ -179,5 +180,11 @@ extern "C" sa_status sa_testing_threads_in_use(const sa_session * s, int32_t * n
     }
     *n_threads = llama_n_threads(s->ctx_tgt);
     *n_threads_batch = llama_n_threads_batch(s->ctx_tgt);
+    return SA_OK;
+}
+
+extern "C" sa_status sa_testing_fail_decode(sa_session * s, int32_t n) {
+    if (s == nullptr || n < 0) return fail(SA_ERR_INVALID_ARG, "sa_testing_fail_decode: null session or n < 0");
+    s->fail_decode_at.store(n);
     return SA_OK;
 }

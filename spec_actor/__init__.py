@@ -26,7 +26,7 @@ from ._guards import WrongContextError
 from ._model import Model, ModelInfo, default_model_path, load_model
 from ._pool import ActorPool, open_pool
 from ._sampling import Sampling
-from ._session import DEFAULT_MEMORY, RunResult, Session
+from ._session import DEFAULT_MEMORY, DEFAULT_PREFIX_CHECKPOINT_BYTES, PrefixCacheUsage, RunResult, Session
 from ._spec import SPEC_TYPES, Spec
 from ._stats import DrafterStats, StatsSnapshot, Timings
 from .streams import EventStream, TextStream
@@ -36,6 +36,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "DEFAULT_MEMORY",
+    "DEFAULT_PREFIX_CHECKPOINT_BYTES",
     "SPEC_TYPES",
     "ActorClosedError",
     "ActorPool",
@@ -56,6 +57,7 @@ __all__ = [
     "ModelInfo",
     "ModelLoadError",
     "ModelMissingError",
+    "PrefixCacheUsage",
     "PromptError",
     "QueueFullError",
     "RunResult",

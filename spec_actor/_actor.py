@@ -141,11 +141,12 @@ class GenerationActor(StreamSource):
         return final if final is not None else self._session.stats()
 
     def forget(self) -> None:
-        """Drop the cross-request memory (see ``memory=`` on `open_actor`).
+        """Drop the cross-request memory and the kept prompt prefix (see ``memory=`` and ``prefix_cache=`` on `open_actor`).
 
         Lock-free, from any task or thread. It takes effect when the next
-        request starts; a request already running keeps drafting from what
-        it had. After the actor closed, does nothing.
+        request starts: that request evaluates its whole prompt; a request
+        already running keeps drafting from what it had. After the actor
+        closed, does nothing.
         """
         if not self._session.closed:
             self._session.forget()
@@ -314,12 +315,17 @@ async def open_actor(model: Model, *, spec: Spec | str = DEFAULT_SPEC, n_ctx: in
             `QueueFullError`.
         stream_buffer: Loop steps of events a request's channel holds before
             the native loop waits for the reader.
-        context_options: memory, n_batch, n_ubatch, n_threads, n_threads_batch,
-            type_k, type_v, flash_attn (see `Session`). ``memory`` (tokens,
-            default 65536, about 2 MB; 0: off) is what ``"auto"`` keeps of
-            earlier prompts and outputs to draft from: a request that
-            repeats an earlier one runs faster, a timing side channel. With
-            mutually untrusted users on one actor pass ``memory=0`` or call
+        context_options: memory, prefix_cache, prefix_checkpoint_bytes,
+            n_batch, n_ubatch, n_threads, n_threads_batch, type_k, type_v,
+            flash_attn (see `Session`). ``memory`` (tokens, default 65536,
+            about 2 MB; 0: off) is what ``"auto"`` keeps of earlier prompts
+            and outputs to draft from: a request that repeats an earlier one
+            runs faster, a timing side channel. ``prefix_cache`` (default
+            True) keeps the context between requests: a request that starts
+            like the previous one (a chat's history, a shared system prompt)
+            evaluates only the rest of its prompt, the same kind of side
+            channel. With mutually untrusted users on one actor pass
+            ``memory=0, prefix_cache=False`` or call
             `GenerationActor.forget` between them. n_threads defaults
             to every CPU the process may use, shared with the other sessions
             generating at the same time (docs/decisions/0027); the session

@@ -28,6 +28,30 @@ DEFAULT_MEMORY = 65536
 """Tokens of earlier requests that a session's cross-request memory keeps by
 default (about 2 MB measured: 31 bytes per token; see `Session`)."""
 
+DEFAULT_PREFIX_CHECKPOINT_BYTES = _ns.DEFAULT_CHECKPOINT_BYTES
+"""Bytes of state checkpoints a session keeps by default on recurrent and
+hybrid models, for the prefix cache (256 MiB; see `Session`)."""
+
+
+@dataclass(frozen=True, slots=True)
+class PrefixCacheUsage:
+    """What a session's prefix cache holds, as of the end of its last run (`Session.prefix_cache_usage`)."""
+
+    tokens: int
+    """Tokens whose state the session's context holds for the next request."""
+    checkpoints: int
+    """State checkpoints kept (recurrent and hybrid models only)."""
+    checkpoint_bytes: int
+    """Their size in bytes (at most ``prefix_checkpoint_bytes``)."""
+    saves: int
+    """Checkpoints saved since the session began."""
+    save_us: int
+    """Microseconds that saving them took."""
+    restores: int
+    """Checkpoints restored since the session began (a request resumed from one)."""
+    restore_us: int
+    """Microseconds that restoring them took."""
+
 
 @dataclass(frozen=True, slots=True)
 class RunResult:
@@ -84,6 +108,20 @@ class Session:
     kept across requests; drafting still looks within the current request)
     or call ``forget()`` between users.
 
+    Prefix cache: with ``prefix_cache=True`` (the default) the context is
+    kept between runs, and a run reuses the longest common token prefix of
+    its prompt with what the context holds (the previous prompt and the
+    tokens generated after it); only the rest is evaluated. A chat that
+    resends its history, or requests sharing a long system prompt, start
+    faster; the output is the same as on a fresh session. Recurrent and
+    hybrid models cannot drop the end of their state, so the session saves
+    state checkpoints at the end of each prompt and generation, up to
+    ``prefix_checkpoint_bytes`` (oldest dropped first), and resumes from the
+    deepest one within the common prefix. Like the memory it is a timing
+    side channel (a request that shares a prefix with the previous one
+    starts sooner); ``forget()`` drops it too, ``prefix_cache=False`` turns
+    it off.
+
     Threads: with ``n_threads`` and ``n_threads_batch`` left None a run uses
     the CPUs the process may use, divided among the default-threaded
     sessions generating at the same time (docs/decisions/0027); explicit
@@ -91,6 +129,7 @@ class Session:
     """
 
     def __init__(self, model: Model, *, spec: Spec | str = DEFAULT_SPEC, memory: int = DEFAULT_MEMORY,
+                 prefix_cache: bool = True, prefix_checkpoint_bytes: int = DEFAULT_PREFIX_CHECKPOINT_BYTES,
                  n_ctx: int = 4096,
                  n_batch: int = 2048, n_ubatch: int = 512, n_threads: int | None = None,
                  n_threads_batch: int | None = None, type_k: str | int | None = None,
@@ -103,6 +142,12 @@ class Session:
                 raise ConfigError(f"{name}={value!r} must be a positive integer")
         if not isinstance(memory, int) or isinstance(memory, bool) or not 0 <= memory <= 1 << 30:
             raise ConfigError(f"memory={memory!r} must be a number of tokens from 0 (off) to 2**30")
+        if not isinstance(prefix_cache, bool):
+            raise ConfigError(f"prefix_cache={prefix_cache!r} must be True or False")
+        if not isinstance(prefix_checkpoint_bytes, int) or isinstance(prefix_checkpoint_bytes, bool) \
+                or not 0 <= prefix_checkpoint_bytes <= 1 << 50:
+            raise ConfigError(f"prefix_checkpoint_bytes={prefix_checkpoint_bytes!r} must be a number of bytes "
+                              "from 0 (no checkpoints) to 2**50")
         if 0 < model.info.n_ctx_train < n_ctx:  # 0: unknown (a vocab_only model)
             raise ConfigError(f"n_ctx={n_ctx} exceeds the {model.info.n_ctx_train} tokens {model.info.arch} "
                               f"was trained for; pass n_ctx <= {model.info.n_ctx_train}")
@@ -125,8 +170,11 @@ class Session:
             flash_attn=-1 if flash_attn is None else int(bool(flash_attn)),
             threads_budgeted=n_threads is None and n_threads_batch is None)
         _ns.set_memory(self._handle, memory)
+        _ns.set_prefix_cache(self._handle, prefix_cache, prefix_checkpoint_bytes)
         self.memory = memory
         """Tokens of earlier requests the cross-request memory keeps (0: none)."""
+        self.prefix_cache = prefix_cache
+        """Whether a run reuses the prompt prefix the context kept from earlier runs."""
         self._decoder = BatchDecoder()
         # Per `which` (0 cumulative, 1 last run): (stats version, snapshot).
         self._snapshots: list[tuple[int, StatsSnapshot | None]] = [(-1, None), (-1, None)]
@@ -215,8 +263,12 @@ class Session:
         return snapshot
 
     def forget(self) -> None:
-        """Drop the cross-request memory; the next run starts with none (any thread, lock-free)."""
+        """Drop the cross-request memory and the kept prefix; the next run starts with none (any thread, lock-free)."""
         _ns.forget(self._live())
+
+    def prefix_cache_usage(self) -> PrefixCacheUsage:
+        """What the prefix cache holds as of the end of the last run (lock-free, any thread)."""
+        return PrefixCacheUsage(**_ns.prefix_usage(self._live()))
 
     def memory_usage(self) -> tuple[int, int]:
         """(tokens, bytes) held by the cross-request memory as of the end of the last run."""

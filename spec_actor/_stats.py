@@ -102,7 +102,7 @@ class StatsSnapshot:
     ttft_us: int
     """Time to the first emitted token, in microseconds."""
     prompt_tokens: int
-    """Prompt tokens evaluated."""
+    """Prompt tokens of the requests (``prompt_reused + prompt_prefilled``)."""
     n_draft: int
     """The current draft length ceiling (it changes when the draft length is adaptive)."""
     accepted_per_pos: tuple[int, ...]
@@ -122,6 +122,12 @@ class StatsSnapshot:
     """Per drafter that ran a step, in native id order: steps, drafted,
     accepted and share of the tokens. Under ``Spec("auto")`` it shows what
     the choice settled on."""
+    prompt_reused: int = 0
+    """Prompt tokens not evaluated again: the session's context held their
+    state from earlier requests (the longest common prefix; see
+    ``prefix_cache`` on `Session`)."""
+    prompt_prefilled: int = 0
+    """Prompt tokens evaluated (``prompt_tokens - prompt_reused``)."""
 
     @classmethod
     def from_fields(
@@ -151,6 +157,8 @@ class StatsSnapshot:
         drafter_steps: Iterable[int] = (),
         drafter_drafted: Iterable[int] = (),
         drafter_accepted: Iterable[int] = (),
+        prompt_reused: int = 0,
+        prompt_prefilled: int = 0,
     ) -> StatsSnapshot:
         """Build a snapshot from values named as in the native ``sa_stats`` struct.
 
@@ -184,6 +192,8 @@ class StatsSnapshot:
             decode_us=t_decode_us,
             drafter=drafter_name(drafter),
             drafters=drafter_table(drafter_steps, drafter_drafted, drafter_accepted, tokens_emitted),
+            prompt_reused=prompt_reused,
+            prompt_prefilled=prompt_prefilled,
         )
 
     @classmethod
@@ -235,7 +245,8 @@ class StatsSnapshot:
             f"{self.iters} steps ({self.mean_accepted_per_step:.2f} tokens/step), "
             f"drafts {self.drafts_accepted}/{self.drafts_generated} accepted "
             f"({self.acceptance_rate:.1%}), n_draft {self.n_draft}, "
-            f"prompt {self.prompt_tokens} tokens in {self.timing_us.prefill / 1000:.1f} ms, "
+            f"prompt {self.prompt_tokens} tokens ({self.prompt_reused} reused) in "
+            f"{self.timing_us.prefill / 1000:.1f} ms, "
             f"ttft {self.ttft_us / 1000:.1f} ms"
             + (f"; drafters: {drafters}" if drafters else "")
         )

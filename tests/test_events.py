@@ -14,6 +14,7 @@ STATS = {
     "tokens_per_sec": 100.0, "acceptance_rate": 0.6666, "accepted_per_pos": [3, 1],
     "drafted_per_pos": [3, 3], "requests": 1, "t_decode_us": 55, "drafter": 0,
     "drafter_steps": [0] * 12, "drafter_drafted": [0] * 12, "drafter_accepted": [0] * 12,
+    "prompt_reused": 2, "prompt_prefilled": 3,
 }  # fmt: skip
 
 decode = BatchDecoder().decode

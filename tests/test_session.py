@@ -161,7 +161,9 @@ def test_stats_events_and_terminal_stats(plain):
     assert kinds[-1] in ("Done", "Eog") and kinds.count("Done") + kinds.count("Eog") == 1
     final = events[-1].stats
     assert final.tokens_emitted == len(result.tokens)
-    assert final.tokens_per_sec > 0 and final.ttft_us > 0 and final.timing_us.prefill > 0
+    assert final.tokens_per_sec > 0 and final.ttft_us > 0
+    # the module's session ran PROMPT before: its context kept all but the last token (the prefix cache)
+    assert final.timing_us.prefill > 0 or final.prompt_reused == final.prompt_tokens - 1
     emitted = [e.snapshot.tokens_emitted for e in events if isinstance(e, spec_actor.Stats)]
     assert emitted == sorted(emitted)
 

@@ -23,6 +23,7 @@ def stats_map(**over):
         "accepted_per_pos": [8, 6, 4], "drafted_per_pos": [10, 8, 6],
         "requests": 1, "t_decode_us": 11500, "drafter": 0,
         "drafter_steps": [0] * 12, "drafter_drafted": [0] * 12, "drafter_accepted": [0] * 12,
+        "prompt_reused": 3, "prompt_prefilled": 4,
     }  # fmt: skip
     d.update(over)
     return d
@@ -42,6 +43,7 @@ def test_from_map_fills_every_field():
     assert snap.timing_us == Timings(prefill=1500, draft=2000, verify=9000, sample=300, total=13000)
     assert snap.ttft_us == 1800
     assert snap.prompt_tokens == 7
+    assert (snap.prompt_reused, snap.prompt_prefilled) == (3, 4)
     assert snap.n_draft == 3
     assert snap.accepted_per_pos == (8, 6, 4)
     assert snap.drafted_per_pos == (10, 8, 6)

@@ -46,6 +46,10 @@ def add_parser(sub: Subcommands) -> None:
                    help="requests that may wait per actor before the server answers 429 (default: 16)")
     p.add_argument("--max-body", type=positive_int, default=1 << 20, metavar="BYTES",
                    help="largest request body; larger ones get a 413 (default: 1048576)")
+    p.add_argument("--no-prefix-cache", dest="prefix_cache", action="store_false",
+                   help="evaluate every prompt whole: keep no context between requests (by default an actor "
+                        "reuses the longest common token prefix with what it computed before, as a chat's "
+                        "history; a timing side channel between the clients of one actor)")
     p.add_argument("--model-name", metavar="NAME",
                    help="the model id clients see (default: the GGUF file name without .gguf)")
     p.set_defaults(handler=run)
@@ -63,6 +67,8 @@ def run(args: argparse.Namespace) -> int:
     model = open_model(args, mtp=spec is not None and spec.is_mtp)
     api_key = args.api_key or _env_key()
     options = {"n_threads": args.threads} if args.threads else {}
+    if not args.prefix_cache:
+        options["prefix_cache"] = False
 
     async def serve() -> int:
         async with open_server(model, host=args.host, port=args.port, pool=args.pool, spec=spec, api_key=api_key,

@@ -146,8 +146,24 @@ def set_memory(handle: SessionHandle, tokens: int) -> None:
 
 
 def forget(handle: SessionHandle) -> None:
-    """Drop the cross-request memory before the next run (any thread, lock-free)."""
+    """Drop the cross-request memory and the kept prompt prefix before the next run (any thread, lock-free)."""
     lib.sa_session_forget(handle)
+
+
+def set_prefix_cache(handle: SessionHandle, enabled: bool, checkpoint_bytes: int) -> None:
+    """Keep the context between runs (or not), with a byte budget for state checkpoints; for the next run."""
+    check(lib.sa_session_set_prefix_cache(handle, int(enabled), checkpoint_bytes), "set prefix cache")
+
+
+DEFAULT_CHECKPOINT_BYTES: int = lib.SA_DEFAULT_CHECKPOINT_BYTES
+"""The library's default budget of a session's prefix checkpoints, in bytes."""
+
+
+def prefix_usage(handle: SessionHandle) -> dict[str, int]:
+    """The ``sa_prefix_usage`` fields by name, as of the end of the last run."""
+    out = ffi.new("sa_prefix_usage *")
+    lib.sa_session_prefix_usage(handle, out)
+    return {name: getattr(out, name) for name, _ in ffi.typeof("sa_prefix_usage").fields}
 
 
 def memory_usage(handle: SessionHandle) -> tuple[int, int]:

@@ -114,3 +114,12 @@ def choose_offer(expected: list[list[float]], us_by_length: list[float], draft_u
     check(lib.sa_testing_choose_offer(flat, n_max, len(expected), stride, cost, len(us_by_length), draft_us,
                                       sample_us, offer, n), "choose offer")
     return offer[0], n[0]
+
+
+def fail_decode(handle: SessionHandle, n: int) -> None:
+    """Fault injection: the n-th target decode from now on ends its run with an Error event (0: none).
+
+    The decode itself succeeds first, so the error comes after the memory
+    changed, the way a real failure midway would leave it.
+    """
+    check(lib.sa_testing_fail_decode(handle, n), "fail decode")

@@ -51,6 +51,7 @@ class _Answer:
         self.tokens = 0
         self.finish_reason: str | None = None
         self.prompt_tokens = 0
+        self.cached_tokens = 0
         self.ended_by: tuple[str, float] | None = None
         """("hangup" or "shutdown", when it was seen) once the request is ended early."""
         self.run_scope = trio.CancelScope()
@@ -111,6 +112,7 @@ class _Answer:
                 elif isinstance(ev, (Done, Eog)):
                     self.finish_reason = "length" if type(ev) is Done and ev.reason == "max_tokens" else "stop"
                     self.prompt_tokens = ev.stats.prompt_tokens
+                    self.cached_tokens = ev.stats.prompt_reused
         finally:
             with trio.CancelScope(shield=True):
                 tokens_before = self.events.stats().tokens_emitted  # just before aclose sets the cancel flag
@@ -139,17 +141,20 @@ class _Answer:
 
     async def _respond(self) -> None:
         reason = self.finish_reason or "stop"
-        prompt_tokens = self.prompt_tokens or self.events.stats().prompt_tokens
+        if not self.prompt_tokens:
+            last = self.events.stats()
+            self.prompt_tokens, self.cached_tokens = last.prompt_tokens, last.prompt_reused
+        prompt_tokens, cached_tokens = self.prompt_tokens, self.cached_tokens
         self.state.metrics.finished(reason)
         if not self.job.stream:
             await self.exchange.send_json(200, self.reply.whole("".join(self.text), reason, prompt_tokens,
-                                                                self.tokens))
+                                                                self.tokens, cached_tokens))
             return
         if not self.exchange.started:  # not a single token (an immediate end of generation)
             await self._open_stream()
         await self.exchange.send_event(self.reply.closing(reason))
         if self.job.include_usage:
-            await self.exchange.send_event(self.reply.usage_chunk(prompt_tokens, self.tokens))
+            await self.exchange.send_event(self.reply.usage_chunk(prompt_tokens, self.tokens, cached_tokens))
         await self.exchange.end_events()
 
     def _record(self, tokens_before: int) -> None:

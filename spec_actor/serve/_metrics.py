@@ -91,7 +91,11 @@ class _PoolCollector:
         yield gauge("num_requests_running", "Requests running on an actor.", sum(a.busy for a in pool.actors))
         yield gauge("num_requests_waiting", "Requests waiting in the actors' queues.",
                     sum(a.queued for a in pool.actors))
-        yield counter("prompt_tokens", "Prompt tokens evaluated.", snap.prompt_tokens)
+        yield counter("prompt_tokens", "Prompt tokens of the requests.", snap.prompt_tokens)
+        yield counter("prefix_cache_queries", "Prompt tokens looked up in the actors' prefix caches.",
+                      snap.prompt_tokens)
+        yield counter("prefix_cache_hits", "Of those, tokens whose state the cache held (not evaluated again).",
+                      snap.prompt_reused)
         yield counter("generation_tokens", "Tokens generated.", snap.tokens_emitted)
         yield gauge("generation_tokens_per_second", "Generation speed: tokens per second of decoding, "
                     "summed over the actors (live while they run).", snap.tokens_per_sec)

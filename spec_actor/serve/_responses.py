@@ -11,10 +11,15 @@ from ._params import Kind
 __all__ = ["Reply", "usage"]
 
 
-def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
-    """The ``usage`` object: tokens in the prompt and in the delivered completion."""
+def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0) -> dict[str, Any]:
+    """The ``usage`` object: tokens in the prompt and in the delivered completion.
+
+    ``prompt_tokens_details.cached_tokens``: the prompt tokens the actor's
+    prefix cache held from earlier requests (not evaluated again).
+    """
     return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-            "total_tokens": prompt_tokens + completion_tokens}
+            "total_tokens": prompt_tokens + completion_tokens,
+            "prompt_tokens_details": {"cached_tokens": cached_tokens}}
 
 
 class Reply:
@@ -31,14 +36,15 @@ class Reply:
         self.created = int(time.time())
         self.model = model
 
-    def whole(self, text: str, finish_reason: str, prompt_tokens: int, completion_tokens: int) -> dict[str, Any]:
+    def whole(self, text: str, finish_reason: str, prompt_tokens: int, completion_tokens: int,
+              cached_tokens: int = 0) -> dict[str, Any]:
         """The response of a request with ``stream`` false."""
         if self.kind == "chat":
             choice = {"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": None,
                       "finish_reason": finish_reason}
         else:
             choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason}
-        return self._object(False, [choice]) | {"usage": usage(prompt_tokens, completion_tokens)}
+        return self._object(False, [choice]) | {"usage": usage(prompt_tokens, completion_tokens, cached_tokens)}
 
     def opening(self) -> dict[str, Any] | None:
         """The first chunk of a stream, before any text: a chat's assistant role; none for completions."""
@@ -54,9 +60,9 @@ class Reply:
         """The chunk that ends the choice, with its finish reason."""
         return self._object(True, [self._choice({} if self.kind == "chat" else "", finish_reason)])
 
-    def usage_chunk(self, prompt_tokens: int, completion_tokens: int) -> dict[str, Any]:
+    def usage_chunk(self, prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0) -> dict[str, Any]:
         """The last chunk when ``stream_options.include_usage`` is set: no choices, the usage."""
-        return self._object(True, []) | {"usage": usage(prompt_tokens, completion_tokens)}
+        return self._object(True, []) | {"usage": usage(prompt_tokens, completion_tokens, cached_tokens)}
 
     def _choice(self, content: dict[str, str] | str, finish_reason: str | None) -> dict[str, Any]:
         key = "delta" if self.kind == "chat" else "text"

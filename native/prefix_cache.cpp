@@ -1,0 +1,161 @@
+#include "prefix_cache.h"
+#include "session.h"
+
+#include <algorithm>
+
+namespace sa {
+
+namespace {
+
+llama_pos pos_max(llama_context * ctx) { return llama_memory_seq_pos_max(llama_get_memory(ctx), 0); }
+
+int32_t common_prefix(const llama_tokens & a, const int32_t * b, int32_t n) {
+    const int32_t m = std::min((int32_t) a.size(), n);
+    int32_t i = 0;
+    while (i < m && a[(size_t) i] == b[i]) ++i;
+    return i;
+}
+
+// Whether the target's memory still holds what a token at position n
+// attends to: a sliding-window cache may have reused the cells of positions
+// that fell out of the window (never with the full-size cache sessions make,
+// unless the context filled up).
+bool window_intact(const sa_session & s, int32_t n) {
+    const llama_pos first = llama_memory_seq_pos_min(llama_get_memory(s.ctx_tgt), 0);
+    const int32_t n_swa = llama_model_n_swa(s.model->model);
+    return first <= 0 || (n_swa > 0 && first + n_swa < n);
+}
+
+}  // namespace
+
+bool needs_checkpoints(const sa_session & s) {
+    const llama_model * m = s.model->model;
+    return llama_model_is_recurrent(m) || llama_model_is_hybrid(m) || s.use_ckpt_dft;
+}
+
+int32_t PrefixCache::resume(sa_session & s, const int32_t * prompt, int32_t n_prompt, bool forget) {
+    if (forget || !valid_ || !enabled.load()) reset(s);
+    valid_ = false;  // until keep(): an exception midway leaves the next run a clean start
+    // The run decodes at least the last prompt token; with a draft context
+    // one more, so that the drafter's hidden state (MTP, EAGLE-3, DFlash)
+    // comes from this prompt's tokens.
+    const int32_t n_common = common_prefix(tokens_, prompt, n_prompt);
+    int32_t n = std::min(n_common, n_prompt - 1 - (s.ctx_dft ? 1 : 0));
+    // EAGLE-3's draft position i pairs token i+1 with the target's features at i.
+    if (s.plan.type == SA_SPEC_DRAFT_EAGLE3) n = std::min(n, n_common - 1);
+    // The draft context's positions must continue where it stops (EAGLE-3 lags
+    // one behind), unless its drafter catches it up itself when it drafts.
+    const bool dft_follows = s.ctx_dft && !s.use_ckpt_dft && !(s.drafter && s.drafter->catches_up());
+    if (dft_follows) n = std::min(n, (int32_t) pos_max(s.ctx_dft) + 1);
+    n = std::max(n, 0);
+    const bool ckpt = needs_checkpoints(s);
+    if (n > 0 && !ckpt && !window_intact(s, n)) n = 0;
+    if (n > 0 && ckpt && !(live_ && n == (int32_t) tokens_.size())) n = restore(s, n);
+    if (n > 0 && !trim(s, n)) n = 0;
+    if (n == 0) {
+        clear_memory(s.ctx_tgt);
+        clear_memory(s.ctx_dft);
+    }
+    tokens_.resize((size_t) n);
+    drop_checkpoints([n](const Checkpoint & c) { return c.n_tokens > n; });
+    return n;
+}
+
+int32_t PrefixCache::restore(sa_session & s, int32_t n_max) {
+    const Checkpoint * best = nullptr;
+    for (const Checkpoint & c : ckpts_) {
+        if (c.n_tokens <= n_max && (best == nullptr || c.n_tokens > best->n_tokens)) best = &c;
+    }
+    if (best == nullptr) return 0;
+    const int64_t t0 = ggml_time_us();
+    if (!best->tgt.restore(s.ctx_tgt, 0)) return 0;
+    if (s.use_ckpt_dft && !best->dft.restore(s.ctx_dft, 0)) return 0;
+    u_restores_.fetch_add(1);
+    u_restore_us_.fetch_add(ggml_time_us() - t0);
+    return best->n_tokens;
+}
+
+// Drops positions n.. from both contexts (a recurrent state was restored at
+// n or already ends there) and checks that the target ends at n - 1 (the
+// draft context may end earlier: EAGLE-3 writes a position one step late).
+bool PrefixCache::trim(sa_session & s, int32_t n) const {
+    if (!llama_memory_seq_rm(llama_get_memory(s.ctx_tgt), 0, n, -1) || pos_max(s.ctx_tgt) != n - 1) return false;
+    return s.ctx_dft == nullptr ||
+           (llama_memory_seq_rm(llama_get_memory(s.ctx_dft), 0, n, -1) && pos_max(s.ctx_dft) <= n - 1);
+}
+
+void PrefixCache::checkpoint(sa_session & s, int32_t n_tokens) {
+    const int64_t budget = checkpoint_budget.load();
+    if (!needs_checkpoints(s) || !enabled.load() || budget <= 0 || n_tokens <= 0) return;
+    const int64_t t0 = ggml_time_us();
+    Checkpoint c;
+    c.n_tokens = n_tokens;
+    if (!c.tgt.save(s.ctx_tgt, 0)) return;
+    if (s.use_ckpt_dft && !c.dft.save(s.ctx_dft, 0)) return;
+    if ((int64_t) c.bytes() > budget) return;
+    drop_checkpoints([n_tokens](const Checkpoint & k) { return k.n_tokens == n_tokens; });
+    int64_t total = (int64_t) c.bytes();
+    for (const Checkpoint & k : ckpts_) total += (int64_t) k.bytes();
+    while (total > budget) {
+        total -= (int64_t) ckpts_.front().bytes();
+        ckpts_.erase(ckpts_.begin());
+    }
+    ckpts_.push_back(std::move(c));
+    u_saves_.fetch_add(1);
+    u_save_us_.fetch_add(ggml_time_us() - t0);
+}
+
+void PrefixCache::keep(sa_session & s, llama_tokens && tokens, bool live, bool save) {
+    const int32_t n = (int32_t) tokens.size();
+    const bool ckpt = needs_checkpoints(s);
+    // A trimmable memory drops what lies past tokens (a stopped step's
+    // decoded drafts); a recurrent one must end exactly there to be live.
+    bool ok = enabled.load();
+    if (ok && !ckpt) ok = n == 0 || trim(s, n);
+    if (ok && ckpt && live) {
+        live = pos_max(s.ctx_tgt) == n - 1 && (!s.use_ckpt_dft || pos_max(s.ctx_dft) == n - 1);
+    }
+    if (!ok) {
+        drop(s);
+        return;
+    }
+    tokens_ = std::move(tokens);
+    live_ = live;
+    valid_ = true;
+    if (save && live) checkpoint(s, n);
+    publish();
+}
+
+void PrefixCache::drop(sa_session & s) {
+    reset(s);
+    valid_ = true;
+    publish();
+}
+
+void PrefixCache::reset(sa_session & s) {
+    clear_memory(s.ctx_tgt);
+    clear_memory(s.ctx_dft);
+    tokens_.clear();
+    ckpts_.clear();
+    live_ = true;
+}
+
+void PrefixCache::publish() {
+    int64_t bytes = 0;
+    for (const Checkpoint & c : ckpts_) bytes += (int64_t) c.bytes();
+    u_tokens_.store((int64_t) tokens_.size());
+    u_checkpoints_.store((int64_t) ckpts_.size());
+    u_bytes_.store(bytes);
+}
+
+void PrefixCache::usage(sa_prefix_usage * out) const {
+    out->tokens = u_tokens_.load();
+    out->checkpoints = u_checkpoints_.load();
+    out->checkpoint_bytes = u_bytes_.load();
+    out->saves = u_saves_.load();
+    out->save_us = u_save_us_.load();
+    out->restores = u_restores_.load();
+    out->restore_us = u_restore_us_.load();
+}
+
+}  // namespace sa

@@ -1,0 +1,82 @@
+// The prompt prefix kept between runs (docs/decisions/0035): which tokens'
+// state the session's contexts hold, and, for memories that cannot drop the
+// end of a sequence (recurrent and hybrid models), state checkpoints to
+// resume from. One run at a time uses it (the thread running the loop);
+// the settings and the usage counters are atomics, any thread.
+#pragma once
+
+#include "checkpoint.h"
+#include "spec_actor.h"
+
+#include "common.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <vector>
+
+struct sa_session;
+
+namespace sa {
+
+class PrefixCache {
+public:
+    // Settings: the next run applies them.
+    std::atomic<bool> enabled{true};
+    std::atomic<int64_t> checkpoint_budget{SA_DEFAULT_CHECKPOINT_BYTES};
+
+    // Run start: makes the contexts hold the longest prefix of prompt that
+    // they can keep and the run may reuse, drops the rest (with forget or
+    // when disabled: everything), and returns its length in tokens.
+    int32_t resume(sa_session & s, const int32_t * prompt, int32_t n_prompt, bool forget);
+
+    // Saves the state after tokens [0, n_tokens) as a checkpoint, when the
+    // session's contexts need them and the budget allows (oldest evicted first).
+    void checkpoint(sa_session & s, int32_t n_tokens);
+
+    // Run end: the contexts hold the state after tokens (a trimmable memory
+    // drops what lies past them). live: a recurrent state is that after
+    // tokens (false when a decode was cancelled midway: only checkpoints are
+    // trusted then). save: also checkpoint that state.
+    void keep(sa_session & s, llama_tokens && tokens, bool live, bool save);
+
+    // An error: the next run starts from empty contexts and no checkpoints.
+    void drop(sa_session & s);
+
+    // Someone else used the contexts (a test probe): clear them before the next run.
+    void invalidate() { valid_ = false; }
+
+    // Usage as of the last run's end (any thread).
+    void usage(sa_prefix_usage * out) const;
+
+private:
+    struct Checkpoint {
+        int32_t n_tokens = 0;  // the state after tokens [0, n_tokens)
+        StateCheckpoint tgt, dft;
+        size_t bytes() const { return tgt.bytes() + dft.bytes(); }
+    };
+
+    llama_tokens tokens_;
+    bool valid_ = false;  // tokens_ describe the contexts (false: clear them first)
+    bool live_ = false;   // a recurrent state is that after tokens_
+    std::vector<Checkpoint> ckpts_;  // oldest first
+
+    std::atomic<int64_t> u_tokens_{0}, u_checkpoints_{0}, u_bytes_{0};
+    std::atomic<int64_t> u_saves_{0}, u_save_us_{0}, u_restores_{0}, u_restore_us_{0};
+
+    void reset(sa_session & s);
+    int32_t restore(sa_session & s, int32_t n_max);
+    bool trim(sa_session & s, int32_t n) const;
+    void publish();
+
+    template <typename Pred>
+    void drop_checkpoints(Pred pred) {
+        ckpts_.erase(std::remove_if(ckpts_.begin(), ckpts_.end(), pred), ckpts_.end());
+    }
+};
+
+// Whether the session's contexts need state checkpoints to go back to an
+// earlier prefix (a recurrent or hybrid target, or a recurrent draft context).
+bool needs_checkpoints(const sa_session & s);
+
+}  // namespace sa
