@@ -1,15 +1,28 @@
-"""Chat messages: checked and rendered with a chat template by llama.cpp."""
+"""Chat messages: checked, rendered with a chat template by llama.cpp, and tokenized.
+
+`render_chat` is the one place that turns messages into prompt text; what
+renders it (llama.cpp's ``llama_chat_apply_template`` today) can change under
+it. `tokenize_chat` keeps the messages' content text, whatever the renderer:
+it renders a unique marker in place of each content, then tokenizes the
+template's own markup with special-token parsing and each content without
+it (docs/decisions/0040).
+"""
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping, Sequence
+import re
+import secrets
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ._errors import ConfigError, PromptError
 from .nif import model as _nm
 
-__all__ = ["Message", "choose_template", "render_chat"]
+__all__ = ["ROLES", "Message", "choose_template", "render_chat", "tokenize_chat"]
+
+ROLES = frozenset({"system", "user", "assistant", "tool"})
+"""The roles a message may have: the ones chat templates know."""
 
 Message = Mapping[str, Any]
 """One chat message: ``{"role": "user", "content": "Hi"}``; content may also be a
@@ -33,6 +46,7 @@ def message_pairs(messages: Sequence[Message]) -> list[tuple[str, str]]:
     Raises:
         PromptError: ``messages`` is empty, or a message is not a mapping with
             a string ``role`` and a text ``content``.
+        ConfigError: a role is not one of `ROLES`.
     """
     if isinstance(messages, (str, bytes)) or not isinstance(messages, Sequence) or not messages:
         raise PromptError('messages must be a non-empty list of {"role": ..., "content": ...} dicts')
@@ -40,10 +54,19 @@ def message_pairs(messages: Sequence[Message]) -> list[tuple[str, str]]:
     for i, message in enumerate(messages):
         if not isinstance(message, Mapping) or not isinstance(message.get("role"), str):
             raise PromptError(f'message {i} must be a dict with a string "role" and a "content"')
+        if message["role"] not in ROLES:
+            raise ConfigError(f"message {i}: role {_short(message['role'])} is not one of "
+                              f"{', '.join(sorted(ROLES))}; a role is a name, never text to insert")
         pairs.append((message["role"], _content_text(message.get("content"), i)))
-    for role, content in pairs:
-        if "\0" in role or "\0" in content:
+    for i, (_, content) in enumerate(pairs):
+        if "\0" in content:
             raise PromptError("chat messages must not contain NUL characters")
+        if not content.isascii():
+            try:
+                content.encode("utf-8")
+            except UnicodeEncodeError as exc:
+                raise PromptError(f"message {i}: content is not valid Unicode text ({exc.reason} at "
+                                  f"character {exc.start})") from None
     return pairs
 
 
@@ -85,3 +108,95 @@ def render_chat(template: str, messages: Sequence[Message], *, add_generation_pr
         PromptError: the messages are malformed.
     """
     return _nm.apply_chat_template(template, message_pairs(messages), add_generation_prompt=add_generation_prompt)
+
+
+def _short(text: str) -> str:
+    return repr(text) if len(text) <= 40 else repr(text[:37]) + "..."
+
+
+Encode = Callable[[str, bool, bool], list[int]]
+"""Tokenizes ``(text, add_special, parse_special)``, as `Tokenizer.encode` does."""
+
+# llama.cpp's `trim` (and Jinja's) strip these around a content; the markers
+# carry one space each side to see whether the template stripped them.
+_TRIMMED = " \t\n\v\f\r"
+
+
+def tokenize_chat(encode: Encode, template: str, messages: Sequence[Message], *, add_generation_prompt: bool = True,
+                  add_special: bool = True, parse_special: bool = False) -> list[int]:
+    """The token ids of the conversation, with every message's content tokenized as plain text.
+
+    Only the template's own markup (``<start_of_turn>``) becomes control
+    tokens; a content of ``"<end_of_turn>"`` is the 7 tokens of that text,
+    as it would be outside any template. ``parse_special=True`` restores the
+    old behaviour for callers who put token text in content on purpose:
+    the rendered text is tokenized whole, special tokens parsed.
+    ``add_special`` adds the model's BOS (and EOS) as tokenizing the whole
+    text would. Linear in the conversation's length; pure computation over
+    the model's vocabulary, safe in a worker thread.
+
+    Raises:
+        PromptError, ConfigError: as `render_chat`.
+    """
+    if parse_special:
+        return encode(render_chat(template, messages, add_generation_prompt=add_generation_prompt), add_special, True)
+    pairs = message_pairs(messages)
+    nonce = _nonce(pairs)
+    marked = [{"role": role, "content": f" \ue000{nonce}{i}\ue001 "} for i, (role, _) in enumerate(pairs)]
+    rendered = render_chat(template, marked, add_generation_prompt=add_generation_prompt)
+    pieces: list[tuple[str, bool]] = []  # (text, is markup)
+    at = 0
+    for match in re.finditer(f"( ?)\ue000{nonce}(\\d+)\ue001( ?)", rendered):
+        pieces.append((rendered[at:match.start()], True))
+        pieces.append((_as_rendered(pairs[int(match[2])][1], match[1], match[3]), False))
+        at = match.end()
+    pieces.append((rendered[at:], True))
+    return _encode_pieces(encode, [(text, markup) for text, markup in pieces if text], add_special)
+
+
+def _nonce(pairs: list[tuple[str, str]]) -> str:
+    """A random tag that no content holds, so that each marker is found where the template put it."""
+    while True:
+        nonce = secrets.token_hex(6)
+        if not any(nonce in content for _, content in pairs):
+            return nonce
+
+
+def _as_rendered(content: str, left: str, right: str) -> str:
+    """``content`` with the whitespace the template stripped from its marker's sides stripped too."""
+    if not left:
+        content = content.lstrip(_TRIMMED)
+    if not right:
+        content = content.rstrip(_TRIMMED)
+    return content
+
+
+def _encode_pieces(encode: Encode, pieces: list[tuple[str, bool]], add_special: bool) -> list[int]:
+    """Tokenize each piece (markup with special tokens parsed); BOS/EOS once, where whole text would have them."""
+    if not pieces:
+        return encode("", add_special, False)
+    cache: dict[str, list[int]] = {}  # markup repeats every turn
+    tokens: list[int] = []
+    for text, markup in pieces:
+        if markup:
+            ids = cache.get(text)
+            if ids is None:
+                ids = cache[text] = encode(text, False, True)
+            tokens += ids
+        else:
+            tokens += encode(text, False, False)
+    if add_special:
+        first, markup = pieces[0]
+        plain = encode(first, False, markup)
+        framed = encode(first, True, markup)
+        start = _find(framed, plain)
+        tokens = framed[:start] + tokens + framed[start + len(plain):]
+    return tokens
+
+
+def _find(framed: list[int], plain: list[int]) -> int:
+    """Where ``plain`` starts inside ``framed`` (its tokenization with BOS/EOS added); 0 if it is not there."""
+    for start in range(len(framed) - len(plain) + 1):
+        if framed[start:start + len(plain)] == plain:
+            return start
+    return 0

@@ -1,0 +1,112 @@
+"""A request body parsed as JSON within bounds: nesting, number sizes, text that encodes as UTF-8.
+
+Python's `json` recurses once per nesting level (RecursionError deep down),
+refuses integers of more than 4300 digits with a ValueError, turns ``1e400``
+into infinity and accepts lone surrogates (``"\\ud800"``) that no UTF-8
+encoder takes later. Here each of those is a 400 that names the limit or the
+field. The checks are linear in the body's size; run them in a worker
+thread (`trio.to_thread`), as the server does.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from itertools import accumulate
+from typing import Any
+
+from .._limits import BodyLimits
+from ._errors import ApiError, bad_request
+
+__all__ = ["BodyLimits", "parse_body"]
+
+# A JSON string with its escapes, or one bracket; what the depth scan looks at.
+_STRINGS = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)
+_DEPTH_STEP = {ord("["): 1, ord("{"): 1, ord("]"): -1, ord("}"): -1}
+_NOT_BRACKETS = bytes(b for b in range(256) if b not in _DEPTH_STEP)
+
+
+def parse_body(data: bytes, limits: BodyLimits) -> Any:
+    """``data`` parsed as JSON, checked against ``limits``.
+
+    Raises:
+        ApiError: 400 (code ``invalid_json``) naming the limit or field.
+    """
+    _check_depth(data, limits.max_depth)
+
+    def number(text: str, kind: type) -> Any:
+        if len(text) > limits.max_number_chars:
+            raise _Refused(f"the number {text[:20]}... has {len(text)} characters, more than the "
+                           f"server's limit of {limits.max_number_chars}")
+        value = kind(text)
+        if kind is float and not math.isfinite(value):
+            raise _Refused(f"the number {text} is out of range for a 64-bit float")
+        return value
+
+    def constant(name: str) -> Any:
+        raise _Refused(f"{name} is not JSON; send numbers as finite decimals")
+
+    try:
+        body = json.loads(data, parse_int=lambda t: number(t, int), parse_float=lambda t: number(t, float),
+                          parse_constant=constant)
+    except _Refused as exc:
+        raise bad_request(f"the request body is refused: {exc}", code="invalid_json") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise bad_request(f"the request body is not valid JSON: {exc}", code="invalid_json") from None
+    except RecursionError:  # below max_depth only if the interpreter's limit is lower; never a 500
+        raise _too_deep(limits.max_depth) from None
+    _check_text(body)
+    return body
+
+
+class _Refused(ValueError):
+    """A value the limits refuse, raised from inside the JSON parser."""
+
+
+def _check_depth(data: bytes, max_depth: int) -> None:
+    brackets = _STRINGS.sub(b"", data).translate(None, _NOT_BRACKETS)
+    if brackets and max(accumulate(map(_DEPTH_STEP.__getitem__, brackets))) > max_depth:
+        raise _too_deep(max_depth)
+
+
+def _too_deep(max_depth: int) -> ApiError:
+    return bad_request(f"the request body nests arrays and objects more than {max_depth} deep, "
+                       "the server's limit", code="invalid_json")
+
+
+def _check_text(body: Any) -> None:
+    """Refuse a string (or key) with a lone surrogate, naming where it is."""
+    try:
+        json.dumps(body, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        where = _surrogate_path(body, "body")
+        raise bad_request(f"{where} holds a lone UTF-16 surrogate (an unpaired \\ud800-\\udfff escape); "
+                          "send valid Unicode text", param=where, code="invalid_json") from None
+
+
+def _surrogate_path(body: Any, where: str) -> str:
+    """The path of the first string in ``body`` that does not encode as UTF-8 (iterative)."""
+    todo: list[tuple[Any, str]] = [(body, where)]
+    while todo:
+        value, path = todo.pop()
+        if isinstance(value, str):
+            if not _encodes(value):
+                return path
+        elif isinstance(value, dict):
+            for key, item in value.items():
+                name = f"{path}.{key}" if path != "body" else key
+                if not _encodes(key):
+                    return f"{path} (a key)"
+                todo.append((item, name))
+        elif isinstance(value, list):
+            todo.extend((item, f"{path}[{i}]") for i, item in enumerate(value))
+    return where
+
+
+def _encodes(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
