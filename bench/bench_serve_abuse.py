@@ -10,10 +10,12 @@
    dropped connection, not the expected status, or the server is dead or
    unhealthy after it.
 2. While each probe runs, a client polls ``GET /health`` every 10 ms: its
-   latency at the 50th and 99th percentile over all probes.
+   latency at the 50th and 99th percentile over all probes, beside the same
+   poller's on the idle server just before (the machine's own noise).
 3. A server on a tiny model with ``--pool 4`` gets 4 streaming clients that
    stop reading; once all four stalled, SIGTERM: seconds until the process
-   exited, beside the configured ``--shutdown-timeout``.
+   exited, beside the configured ``--shutdown-timeout`` and beside the same
+   server without clients (the process's own teardown on this machine).
 """
 
 from __future__ import annotations
@@ -93,11 +95,12 @@ async def health_poller(client: httpx.AsyncClient, latencies: list[float], stop:
 
 async def run_probe(url: str, probe, latencies: list[float]) -> tuple[str, bool, str]:
     name, path, body, expected = probe
+    mine: list[float] = []
     async with httpx.AsyncClient(base_url=url, timeout=300) as client, \
             httpx.AsyncClient(base_url=url, timeout=300) as poller:
         stop = trio.Event()
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(health_poller, poller, latencies, stop)
+            nursery.start_soon(health_poller, poller, mine, stop)
             await trio.sleep(0.05)
             try:
                 response = await client.post(path, content=body, headers={"content-type": "application/json"})
@@ -108,7 +111,8 @@ async def run_probe(url: str, probe, latencies: list[float]) -> tuple[str, bool,
         ok = status == expected and bool(text) and (status == 200 or "error" in json.loads(text))
         alive = (await client.get("/health")).status_code == 200 and \
             (await client.post("/v1/completions", content=completion())).status_code == 200
-        return name, ok and alive, f"{status} {text[:100]}"
+        latencies.extend(mine)
+        return name, ok and alive, f"{status} {text[:80]} (/health max {1000 * max(mine):.0f} ms)"
 
 
 def raw_probe(url: str, request: bytes, expected: bytes, wait: float) -> tuple[bool, str]:
@@ -155,10 +159,20 @@ def wait_stalled(url: str, running: int) -> None:
         time.sleep(0.5)
 
 
-def probes_and_health() -> tuple[list[tuple[str, bool, str]], list[float]]:
+async def idle_health(url: str, seconds: float, latencies: list[float]) -> None:
+    async with httpx.AsyncClient(base_url=url, timeout=300) as poller:
+        stop = trio.Event()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(health_poller, poller, latencies, stop)
+            await trio.sleep(seconds)
+            stop.set()
+
+
+def probes_and_health() -> tuple[list[tuple[str, bool, str]], list[float], list[float]]:
     proc, url = start("-c", "1024", "--send-timeout", "3", "--read-timeout", "2")
-    results, latencies = [], []
+    results, latencies, idle = [], [], []
     try:
+        trio.run(idle_health, url, 5.0, idle)
         for probe in PROBES:
             results.append(trio.run(run_probe, url, probe, latencies))
         upgrade = (b"GET /v1/models HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
@@ -182,18 +196,17 @@ def probes_and_health() -> tuple[list[tuple[str, bool, str]], list[float]]:
     finally:
         proc.kill()
         proc.wait()
-    return results, latencies
+    return results, latencies, idle
 
 
-def sigterm_with_stalled_clients() -> float:
-    from spec_actor.testing import tiny_models
-    target, _ = tiny_models.write_draft_pair(tempfile.mkdtemp())
+def sigterm_with_stalled_clients(target: Path, clients: int) -> float:
+    """Seconds from SIGTERM to the exit of a server with ``clients`` stalled streams."""
     proc, url = start("-m", str(target), "-c", "4096", "--pool", "4", "--spec", "none",
                       "--shutdown-timeout", str(SHUTDOWN_TIMEOUT), "--send-timeout", "600")
     port = int(url.rsplit(":", 1)[1])
-    socks = [stalled_socket(port, {"prompt": "a", "max_tokens": 4000}) for _ in range(4)]
+    socks = [stalled_socket(port, {"prompt": "a", "max_tokens": 4000}) for _ in range(clients)]
     try:
-        wait_stalled(url, 4)
+        wait_stalled(url, clients)
         t0 = time.perf_counter()
         proc.send_signal(signal.SIGTERM)
         proc.wait(120)
@@ -214,20 +227,26 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--json", type=Path, help="write the figures to this file")
     args = parser.parse_args()
-    results, latencies = probes_and_health()
+    results, latencies, idle = probes_and_health()
     for name, ok, detail in results:
         print(f"{'ok  ' if ok else 'DEFECT'} {name}: {detail}")
-    exit_s = sigterm_with_stalled_clients()
+    from spec_actor.testing import tiny_models
+    target, _ = tiny_models.write_draft_pair(tempfile.mkdtemp())
+    idle_exit_s = sigterm_with_stalled_clients(target, 0)
+    exit_s = sigterm_with_stalled_clients(target, 4)
     figures = {
         "probes": len(results), "defective_probes": sum(not ok for _, ok, _ in results),
         "health_requests": len(latencies), "health_p50_ms": 1000 * percentile(latencies, 0.5),
         "health_p99_ms": 1000 * percentile(latencies, 0.99),
-        "sigterm_to_exit_s": exit_s, "shutdown_timeout_s": SHUTDOWN_TIMEOUT,
+        "idle_health_p50_ms": 1000 * percentile(idle, 0.5), "idle_health_p99_ms": 1000 * percentile(idle, 0.99),
+        "sigterm_to_exit_s": exit_s, "idle_sigterm_to_exit_s": idle_exit_s, "shutdown_timeout_s": SHUTDOWN_TIMEOUT,
     }
     print(f"defective probes: {figures['defective_probes']} of {figures['probes']}")
     print(f"/health while hostile requests run: p50 {figures['health_p50_ms']:.1f} ms, "
-          f"p99 {figures['health_p99_ms']:.1f} ms over {len(latencies)} requests")
-    print(f"SIGTERM to exit with 4 stalled clients: {exit_s:.2f} s (--shutdown-timeout {SHUTDOWN_TIMEOUT:g})")
+          f"p99 {figures['health_p99_ms']:.1f} ms over {len(latencies)} requests; idle server: "
+          f"p50 {figures['idle_health_p50_ms']:.1f} ms, p99 {figures['idle_health_p99_ms']:.1f} ms")
+    print(f"SIGTERM to exit with 4 stalled clients: {exit_s:.2f} s (--shutdown-timeout {SHUTDOWN_TIMEOUT:g}); "
+          f"without clients: {idle_exit_s:.2f} s")
     if args.json:
         args.json.write_text(json.dumps(figures, indent=2) + "\n")
 

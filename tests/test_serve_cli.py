@@ -78,3 +78,12 @@ def test_serve_and_query_example():
     assert completion and completion.group(2).strip() and completion.group(3) == "8", out
     assert re.search(r'^spec_actor:generation_tokens_total\{model_name="gemma-3-270m-q4_k_m"\} 16\.0$', out, re.M)
     assert out.rstrip().endswith("stopped")
+
+
+def test_serve_refuses_limits_out_of_range_before_loading_the_model():
+    deep = cli("serve", "--grammar-limit", "max_depth=5000")
+    unknown = cli("serve", "--body-limit", "depth=3")
+    negative = cli("serve", "--send-timeout", "0")
+    assert (deep.returncode, unknown.returncode, negative.returncode) == (2, 2, 2)
+    assert "max_depth=5000 is invalid" in deep.stderr and "max_number_chars" in unknown.stderr
+    assert "--send-timeout" in negative.stderr

@@ -135,10 +135,10 @@ def run(args: argparse.Namespace) -> int:
         raise CliError(f"spec-actor serve needs the serve extra ({exc.name} is missing): "
                        "pip install 'spec_actor[serve]'") from None
     spec = _spec(args)
+    limits = limits_from_options(args)  # before the model loads: a bad flag fails at once
     model = open_model(args, mtp=spec is not None and spec.is_mtp)
     api_key = args.api_key or _env_key()
     options = {"n_threads": args.threads} if args.threads else {}
-    limits = limits_from_options(args)
 
     async def serve() -> int:
         async with open_server(model, host=args.host, port=args.port, pool=args.pool, spec=spec, api_key=api_key,
