@@ -68,7 +68,11 @@ class Connections:
         wrapped = wrap_app(app, config.wsgi_max_body_size, "asgi")
 
         async def handle(stream: trio.SocketStream) -> None:
-            key = _key(stream.socket.getpeername())
+            try:
+                key = _key(stream.socket.getpeername())
+            except OSError:  # the client left before being served
+                await stream.aclose()
+                return
             self._streams[key] = stream
             try:
                 await TCPServer(wrapped, config, context, ConnectionState({}), stream)
