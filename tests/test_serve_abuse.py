@@ -102,6 +102,7 @@ MALFORMED = [
     ("surrogate grammar", b'{"prompt": "Hi", "grammar": "root ::= \\"\\udfff\\""}', "grammar", "surrogate"),
     ("surrogate key", b'{"prompt": "Hi", "\\ud800": 1}', "body (a key)", "surrogate"),
     ("not UTF-8", b'{"prompt": "\xff"}', None, "not valid JSON"),
+    ("100,000 stop strings", json.dumps({"prompt": "Hi", "stop": ["x"] * 100_000}).encode(), "stop", "at most"),
 ]
 
 

@@ -28,6 +28,9 @@ Kind = Literal["completion", "chat"]
 # until the end of the turn or of the context.
 COMPLETION_MAX_TOKENS = 16
 
+# Most stop strings per request (OpenAI takes 4): each is matched against every token's text.
+MAX_STOP = 16
+
 # OpenAI's sampling fields -> spec_actor's `Sampling` names, then the extensions.
 _FLOAT_FIELDS = {"temperature": "temp", "top_p": "top_p", "presence_penalty": "presence_penalty",
                  "frequency_penalty": "frequency_penalty", "min_p": "min_p", "repeat_penalty": "repeat_penalty"}
@@ -192,6 +195,8 @@ def _options(body: dict[str, Any], grammar_limits: GrammarLimits) -> dict[str, A
         if not isinstance(items, list) or not all(isinstance(s, str) for s in items):
             raise bad_request(f"stop must be a string or an array of strings, not {_json_type(stop)}",
                               param="stop", code="invalid_type")
+        if len(items) > MAX_STOP:
+            raise bad_request(f"stop has {len(items)} strings; send at most {MAX_STOP}", param="stop")
         if any(items):
             options["stop"] = [s for s in items if s]
     return options
