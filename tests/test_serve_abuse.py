@@ -279,7 +279,11 @@ async def test_a_huge_chat_is_prepared_off_the_event_loop(gemma):
         outcome: list[int] = []
 
         async def send_hostile() -> None:
-            outcome.append((await client.post("/v1/chat/completions", json=hostile)).status_code)
+            nonlocal too_long
+            too_long = await client.post("/v1/chat/completions", json=hostile)
+            outcome.append(too_long.status_code)
+
+        too_long = None
 
         async with trio.open_nursery() as nursery:
             nursery.start_soon(send_hostile)
@@ -289,6 +293,7 @@ async def test_a_huge_chat_is_prepared_off_the_event_loop(gemma):
     assert health.json() == {"status": "ok"}
     assert preparing_after_health, "the hostile body was prepared before /health got its answer"
     assert outcome == [400]  # longer than the context
+    assert_openai_400(too_long, "messages", "context")
 
 
 # -- SIGTERM with stalled clients ------------------------------------------------------------------

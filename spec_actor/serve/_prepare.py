@@ -58,7 +58,10 @@ def _prepare(kind: Literal["completion", "chat"], data: bytes, model: Model, n_c
             raise PromptError(f"the prompt is {len(tokens)} tokens long and the server's context holds "
                               f"{n_ctx}; send a shorter prompt")
     except SpecActorError as exc:
-        raise api_error_for(exc) from None
+        error = api_error_for(exc)
+        if job.kind == "chat" and error.param == "prompt":
+            error.param = "messages"  # a chat's prompt is its messages
+        raise error from None
     return Prepared(job, tokens)
 
 
