@@ -3,9 +3,9 @@
 `render_chat` is the one place that turns messages into prompt text; what
 renders it (llama.cpp's ``llama_chat_apply_template`` today) can change under
 it. `tokenize_chat` keeps the messages' content text, whatever the renderer:
-it renders a unique marker in place of each content, then tokenizes the
-template's own markup with special-token parsing and each content without
-it (docs/decisions/0040).
+it renders a unique marker in place of each content, cuts the rendered text
+at the control tokens of the template's own markup, and tokenizes the text
+between them, content included, as plain text (docs/decisions/0040).
 """
 
 from __future__ import annotations
@@ -13,13 +13,13 @@ from __future__ import annotations
 import functools
 import re
 import secrets
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
 
 from ._errors import ConfigError, PromptError
 from .nif import model as _nm
 
-__all__ = ["ROLES", "Message", "choose_template", "render_chat", "tokenize_chat"]
+__all__ = ["ROLES", "ChatTokenizer", "Message", "choose_template", "render_chat", "tokenize_chat"]
 
 ROLES = frozenset({"system", "user", "assistant", "tool"})
 """The roles a message may have: the ones chat templates know."""
@@ -114,44 +114,58 @@ def _short(text: str) -> str:
     return repr(text) if len(text) <= 40 else repr(text[:37]) + "..."
 
 
-Encode = Callable[[str, bool, bool], list[int]]
-"""Tokenizes ``(text, add_special, parse_special)``, as `Tokenizer.encode` does."""
+class ChatTokenizer(Protocol):
+    """What `tokenize_chat` needs of a tokenizer; `Tokenizer` has it."""
+
+    def encode(self, text: str, *, add_special: bool = True, parse_special: bool = False) -> list[int]:
+        """Token ids of ``text``."""
+        ...
+
+    def piece(self, token: int, *, special: bool = False) -> bytes:
+        """The bytes of one token; a control token's are empty unless ``special``."""
+        ...
+
 
 # llama.cpp's `trim` (and Jinja's) strip these around a content; the markers
 # carry one space each side to see whether the template stripped them.
 _TRIMMED = " \t\n\v\f\r"
 
 
-def tokenize_chat(encode: Encode, template: str, messages: Sequence[Message], *, add_generation_prompt: bool = True,
-                  add_special: bool = True, parse_special: bool = False) -> list[int]:
+def tokenize_chat(tokenizer: ChatTokenizer, template: str, messages: Sequence[Message], *,
+                  add_generation_prompt: bool = True, add_special: bool = True,
+                  parse_special: bool = False) -> list[int]:
     """The token ids of the conversation, with every message's content tokenized as plain text.
 
     Only the template's own markup (``<start_of_turn>``) becomes control
     tokens; a content of ``"<end_of_turn>"`` is the 7 tokens of that text,
-    as it would be outside any template. ``parse_special=True`` restores the
-    old behaviour for callers who put token text in content on purpose:
-    the rendered text is tokenized whole, special tokens parsed.
+    as it would be outside any template. Otherwise the ids are those of the
+    whole rendered text tokenized with special tokens parsed: llama.cpp cuts
+    that text at its control tokens and tokenizes the text between them
+    plainly, and so does this, at the markup's control tokens only.
+    ``parse_special=True`` tokenizes the rendered text whole, special tokens
+    in content included, for callers who write token text on purpose.
     ``add_special`` adds the model's BOS (and EOS) as tokenizing the whole
-    text would. Linear in the conversation's length; pure computation over
-    the model's vocabulary, safe in a worker thread.
+    text would. Linear in the conversation's length; safe in a worker thread.
 
     Raises:
         PromptError, ConfigError: as `render_chat`.
     """
     if parse_special:
-        return encode(render_chat(template, messages, add_generation_prompt=add_generation_prompt), add_special, True)
+        text = render_chat(template, messages, add_generation_prompt=add_generation_prompt)
+        return tokenizer.encode(text, add_special=add_special, parse_special=True)
     pairs = message_pairs(messages)
     nonce = _nonce(pairs)
     marked = [{"role": role, "content": f" \ue000{nonce}{i}\ue001 "} for i, (role, _) in enumerate(pairs)]
     rendered = render_chat(template, marked, add_generation_prompt=add_generation_prompt)
-    pieces: list[tuple[str, bool]] = []  # (text, is markup)
+    controls: dict[str, list[str | int]] = {}  # markup repeats every turn: split each once
+    segments: list[str | int] = []  # text, or the id of one of the markup's control tokens
     at = 0
     for match in re.finditer(f"( ?)\ue000{nonce}(\\d+)\ue001( ?)", rendered):
-        pieces.append((rendered[at:match.start()], True))
-        pieces.append((_as_rendered(pairs[int(match[2])][1], match[1], match[3]), False))
+        segments += _markup(tokenizer, rendered[at:match.start()], controls)
+        segments.append(_as_rendered(pairs[int(match[2])][1], match[1], match[3]))
         at = match.end()
-    pieces.append((rendered[at:], True))
-    return _encode_pieces(encode, [(text, markup) for text, markup in pieces if text], add_special)
+    segments += _markup(tokenizer, rendered[at:], controls)
+    return _frame(tokenizer, _encode_segments(tokenizer, segments), add_special)
 
 
 def _nonce(pairs: list[tuple[str, str]]) -> str:
@@ -171,27 +185,51 @@ def _as_rendered(content: str, left: str, right: str) -> str:
     return content
 
 
-def _encode_pieces(encode: Encode, pieces: list[tuple[str, bool]], add_special: bool) -> list[int]:
-    """Tokenize each piece (markup with special tokens parsed); BOS/EOS once, where whole text would have them."""
-    if not pieces:
-        return encode("", add_special, False)
-    cache: dict[str, list[int]] = {}  # markup repeats every turn
+def _markup(tokenizer: ChatTokenizer, text: str, cache: dict[str, list[str | int]]) -> list[str | int]:
+    """``text`` cut at its control tokens: its plain text pieces and the control tokens' ids."""
+    if text not in cache:
+        out: list[str | int] = []
+        at = 0
+        for token in tokenizer.encode(text, add_special=False, parse_special=True):
+            if tokenizer.piece(token):
+                continue  # plain text: tokenized again with its neighbours
+            spelled = tokenizer.piece(token, special=True).decode("utf-8", "replace")
+            found = text.find(spelled, at) if spelled else -1
+            if found < 0:  # not spelled out in the text (cannot happen with llama.cpp's vocabularies)
+                continue
+            out += [text[at:found], token]
+            at = found + len(spelled)
+        out.append(text[at:])
+        cache[text] = out
+    return cache[text]
+
+
+def _encode_segments(tokenizer: ChatTokenizer, segments: list[str | int]) -> list[int]:
+    """Control ids as they are; each run of text between them tokenized as one plain text."""
     tokens: list[int] = []
-    for text, markup in pieces:
-        if markup:
-            ids = cache.get(text)
-            if ids is None:
-                ids = cache[text] = encode(text, False, True)
-            tokens += ids
-        else:
-            tokens += encode(text, False, False)
-    if add_special:
-        first, markup = pieces[0]
-        plain = encode(first, False, markup)
-        framed = encode(first, True, markup)
-        start = _find(framed, plain)
-        tokens = framed[:start] + tokens + framed[start + len(plain):]
+    run: list[str] = []
+    for segment in [*segments, -1]:
+        if isinstance(segment, str):
+            run.append(segment)
+            continue
+        text = "".join(run)
+        if text:
+            tokens += tokenizer.encode(text, add_special=False, parse_special=False)
+        run.clear()
+        if segment >= 0:
+            tokens.append(segment)
     return tokens
+
+
+def _frame(tokenizer: ChatTokenizer, tokens: list[int], add_special: bool) -> list[int]:
+    """``tokens`` with the BOS/EOS that tokenizing with ``add_special`` adds around any text."""
+    if not add_special:
+        return tokens
+    probe = "a"
+    plain = tokenizer.encode(probe, add_special=False)
+    framed = tokenizer.encode(probe, add_special=True)
+    start = _find(framed, plain)
+    return framed[:start] + tokens + framed[start + len(plain):]
 
 
 def _find(framed: list[int], plain: list[int]) -> int:

@@ -158,10 +158,7 @@ class Model:
         for name, flag in (("add_special", add_special), ("parse_special", parse_special)):
             if not isinstance(flag, bool):
                 raise ConfigError(f"{name}={flag!r} is invalid: expected True or False")
-        def encode(text: str, add: bool, parse: bool) -> list[int]:
-            return self.tokenizer.encode(text, add_special=add, parse_special=parse)
-
-        return tokenize_chat(encode, self.chat_template_name(template), messages,
+        return tokenize_chat(self.tokenizer, self.chat_template_name(template), messages,
                              add_generation_prompt=add_generation_prompt, add_special=add_special,
                              parse_special=parse_special)
 

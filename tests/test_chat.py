@@ -115,10 +115,17 @@ def test_every_control_token_in_content_tokenizes_as_the_plain_text(gemma):
     content = "".join(texts)
     tokens = gemma.tokenize_chat([{"role": "user", "content": content}])
     encode = gemma.tokenizer.encode
-    expected = (encode("<start_of_turn>user\n", add_special=True, parse_special=True)
-                + encode(content, add_special=False, parse_special=False)
-                + encode("<end_of_turn>\n<start_of_turn>model\n", add_special=False, parse_special=True))
+    bos = encode("", add_special=True)
+    start, end = (encode(t, add_special=False, parse_special=True) for t in ("<start_of_turn>", "<end_of_turn>"))
+    assert len(bos) == len(start) == len(end) == 1
+    # As llama.cpp tokenizes any text: cut at the (markup's) control tokens, the text between them plain.
+    plain = encode(content, add_special=False, parse_special=False)
+    expected = (bos + start + encode("user\n" + content, add_special=False, parse_special=False) + end
+                + encode("\n", add_special=False) + start + encode("model\n", add_special=False))
     assert tokens == expected
+    at = len(bos + start + encode("user\n", add_special=False))
+    assert tokens[at:at + len(plain)] == plain  # the content's ids: those of the same text outside a template
+    assert tokens.count(end[0]) == 1 and tokens.count(bos[0]) == 1
     # The old way: the whole rendered text with special tokens parsed makes each of them one control token.
     parsed = encode(gemma.apply_chat_template([{"role": "user", "content": content}]), parse_special=True)
     assert len(parsed) < len(tokens) // 3
