@@ -17,7 +17,7 @@ common_sampler * make_sampler(const sa_model & m, const sa_sampling_params & sp,
     p.penalty_present = sp.penalty_present;
     p.no_perf = false;
     const bool has_grammar = sp.grammar != nullptr && sp.grammar[0] != '\0';
-    if (has_grammar && (*st = sa_grammar_check(sp.grammar)) != SA_OK) return nullptr;
+    if (has_grammar && (*st = sa_grammar_check(sp.grammar, nullptr)) != SA_OK) return nullptr;
     if (has_grammar) {
         std::string text = sp.grammar;
         const std::string root = sp.grammar_root && sp.grammar_root[0] ? sp.grammar_root : "root";

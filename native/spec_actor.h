@@ -245,9 +245,21 @@ sa_status sa_token_piece(const sa_model * model, int32_t token, int32_t special,
                          char * buf, int32_t cap, int32_t * n_out);
 int32_t sa_token_is_eog(const sa_model * model, int32_t token);
 
+/* Bounds on a GBNF text's size, checked before llama.cpp parses it: its
+ * parser recurses once per ( ) nesting level (a deep one overflows the stack)
+ * and a grammar's per-token cost grows with its alternatives. */
+#define SA_GRAMMAR_DEPTH_CEILING 1000  /* the most nesting any limits may allow */
+typedef struct {
+    int32_t max_depth;         /* nesting of ( ) groups; at most SA_GRAMMAR_DEPTH_CEILING */
+    int32_t max_rules;         /* rule definitions (name ::= ...) */
+    int32_t max_alternatives;  /* | separators of all rules together */
+    int32_t max_repetition;    /* largest count in a {m} or {m,n} repetition */
+} sa_grammar_limits;
+
 /* GBNF checks that llama.cpp's parser lacks (e.g. a {5,2} repetition, which
- * hangs it); sa_session_run makes them too. SA_ERR_GRAMMAR says what is wrong. */
-sa_status sa_grammar_check(const char * grammar);
+ * hangs it) and the limits above (NULL: only the depth ceiling);
+ * sa_session_run makes them too, with NULL. SA_ERR_GRAMMAR says what is wrong. */
+sa_status sa_grammar_check(const char * grammar, const sa_grammar_limits * limits);
 
 sa_status sa_session_new(sa_model * model, const sa_context_params * cparams,
                          const sa_spec_params * sparams, sa_session ** out);

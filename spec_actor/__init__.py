@@ -21,6 +21,7 @@ from ._errors import (
     SpecActorError,
     SpecError,
 )
+from ._limits import GrammarLimits
 from ._events import Done, Eog, Error, Event, Stats, Token
 from ._guards import WrongContextError
 from ._model import Model, ModelInfo, default_model_path, load_model
@@ -53,6 +54,7 @@ __all__ = [
     "GenerationActor",
     "GenerationTimeout",
     "GrammarError",
+    "GrammarLimits",
     "Model",
     "ModelInfo",
     "ModelLoadError",

@@ -63,12 +63,14 @@ class Done:
 
     stats: StatsSnapshot
     """The final statistics of the request."""
-    reason: Literal["max_tokens", "stop"] = "max_tokens"
-    """``"max_tokens"``: the token budget was reached; ``"stop"``: a stop condition matched."""
+    reason: Literal["max_tokens", "stop", "deadline"] = "max_tokens"
+    """``"max_tokens"``: the token budget was reached; ``"stop"``: a stop condition matched;
+    ``"deadline"``: the request's ``deadline`` passed."""
 
     def __post_init__(self) -> None:
-        if self.reason not in ("max_tokens", "stop"):
-            raise ConfigError(f"Done.reason={self.reason!r} is invalid: expected 'max_tokens' or 'stop'")
+        if self.reason not in ("max_tokens", "stop", "deadline"):
+            raise ConfigError(f"Done.reason={self.reason!r} is invalid: expected 'max_tokens', 'stop' "
+                              "or 'deadline'")
 
 
 @final

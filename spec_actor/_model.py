@@ -9,8 +9,8 @@ from pathlib import Path
 from collections.abc import Sequence
 from typing import Any
 
-from ._chat import Message, choose_template, render_chat
-from ._errors import ModelLoadError, ModelMissingError
+from ._chat import Message, choose_template, render_chat, tokenize_chat
+from ._errors import ConfigError, ModelLoadError, ModelMissingError
 from ._tokenizer import Tokenizer
 from .nif import model as _nm
 
@@ -127,8 +127,9 @@ class Model:
         built-in name such as ``"chatml"``). A GGUF without a template (the
         embedded Gemma has none) gets llama.cpp's built-in template of its
         family (``gemma3`` -> ``gemma``), as `chat_template_name` says.
-        Tokenize the result with ``parse_special=True``, as
-        `GenerationActor.chat` does.
+        Tokenizing this text with ``parse_special=True`` turns control-token
+        text in a message's content into control tokens; `tokenize_chat`
+        keeps content as text.
 
         Raises:
             ConfigError: the model has no chat template and none was given, or
@@ -136,6 +137,30 @@ class Model:
             PromptError: a message is malformed.
         """
         return render_chat(self.chat_template_name(template), messages, add_generation_prompt=add_generation_prompt)
+
+    def tokenize_chat(self, messages: Sequence[Message], *, template: str | None = None,
+                      add_generation_prompt: bool = True, add_special: bool = True,
+                      parse_special: bool = False) -> list[int]:
+        """The token ids of ``messages`` formatted as `apply_chat_template` does, content kept as text.
+
+        Only the template's markup becomes control tokens: each message's
+        content is tokenized without special-token parsing, so a user who
+        writes ``<end_of_turn>`` cannot end a turn. ``parse_special=True``
+        tokenizes the whole formatted text with special tokens parsed, for
+        callers who put token text in content on purpose. Thread-safe (the
+        server runs it in a worker thread).
+
+        Raises:
+            ConfigError: as `apply_chat_template`, a role is not system,
+                user, assistant or tool, or a flag is not a bool.
+            PromptError: a message is malformed.
+        """
+        for name, flag in (("add_special", add_special), ("parse_special", parse_special)):
+            if not isinstance(flag, bool):
+                raise ConfigError(f"{name}={flag!r} is invalid: expected True or False")
+        return tokenize_chat(self.tokenizer, self.chat_template_name(template), messages,
+                             add_generation_prompt=add_generation_prompt, add_special=add_special,
+                             parse_special=parse_special)
 
     def chat_template_name(self, template: str | None = None) -> str:
         """The chat template `apply_chat_template` uses: ``template``, else the GGUF's own, else its family's.

@@ -28,6 +28,8 @@ class RequestOptions:
     """Emit a `Stats` event every this many tokens; 0 for none."""
     timeout: float | None = None
     """Seconds without an event, once the request runs, before it fails; None for no limit."""
+    deadline: float | None = None
+    """`trio.current_time()` by which the request ends, queued or running; None for no limit."""
     stop: tuple[str, ...] = ()
     """Stop strings: the output ends before the first one that appears."""
     add_special: bool = True
@@ -39,7 +41,7 @@ class RequestOptions:
 
     @classmethod
     def from_kwargs(cls, *, max_tokens: int = 256, emit_stats_every: int = 0, timeout: float | None = None,
-                    stop: str | list[str] | tuple[str, ...] | None = None, add_special: bool = True,
+                    deadline: float | None = None, stop: str | list[str] | tuple[str, ...] | None = None, add_special: bool = True,
                     parse_special: bool = False, sampling: Sampling | None = None,
                     **sampling_options: Any) -> RequestOptions:
         """Validate the public request options.
@@ -55,6 +57,11 @@ class RequestOptions:
                     or not timeout > 0 or math.isnan(timeout)):
                 raise ConfigError(f"timeout={timeout!r} is invalid: expected seconds > 0, or None for no limit")
             timeout = float(timeout)
+        if deadline is not None:
+            if isinstance(deadline, bool) or not isinstance(deadline, (int, float)) or math.isnan(deadline):
+                raise ConfigError(f"deadline={deadline!r} is invalid: expected a trio.current_time() value, "
+                                  "or None for no limit")
+            deadline = float(deadline)
         for name, flag in (("add_special", add_special), ("parse_special", parse_special)):
             if not isinstance(flag, bool):
                 raise ConfigError(f"{name}={flag!r} is invalid: expected True or False")
@@ -65,8 +72,8 @@ class RequestOptions:
         elif sampling_options:
             raise ConfigError("pass either sampling=Sampling(...) or sampler options "
                               f"({', '.join(sorted(sampling_options))}), not both")
-        return cls(max_tokens, emit_stats_every, timeout, _stop_strings(stop), add_special, parse_special,
-                   sampling)
+        return cls(max_tokens, emit_stats_every, timeout, deadline, _stop_strings(stop), add_special,
+                   parse_special, sampling)
 
 
 def _stop_strings(stop: object) -> tuple[str, ...]:

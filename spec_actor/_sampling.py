@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any, final
 
 from ._errors import ConfigError
+from ._limits import GrammarLimits
 from ._validate import check_float, check_int
 from .nif.grammar import check_grammar
 
@@ -43,11 +44,14 @@ class Sampling:
         presence_penalty: Presence penalty (0.0 turns it off).
         grammar: GBNF grammar text that constrains the output, or None.
         grammar_root: The grammar's start rule.
+        grammar_limits: How large the grammar may be (`GrammarLimits`):
+            nesting, rules, alternatives, repetition counts.
 
     Raises:
         ConfigError: A value is out of range; the message says what to change.
         GrammarError: The grammar has a fault that llama.cpp's parser cannot
-            survive, such as a repetition ``{5,2}``; other grammar errors
+            survive, such as a repetition ``{5,2}``, or that exceeds
+            ``grammar_limits``; other grammar errors
             are reported when the request runs.
     """
 
@@ -62,6 +66,7 @@ class Sampling:
     presence_penalty: float = 0.0
     grammar: str | None = None
     grammar_root: str = "root"
+    grammar_limits: GrammarLimits = GrammarLimits()
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
@@ -84,8 +89,10 @@ class Sampling:
                 f"grammar={self.grammar!r} is invalid: expected non-empty GBNF text without NUL "
                 "characters, or None for no grammar"
             )
+        if not isinstance(self.grammar_limits, GrammarLimits):
+            raise ConfigError(f"grammar_limits={self.grammar_limits!r} is invalid: expected a spec_actor.GrammarLimits")
         if self.grammar is not None:
-            check_grammar(self.grammar)
+            check_grammar(self.grammar, self.grammar_limits.native())
         if not isinstance(self.grammar_root, str) or not _ROOT_RE.fullmatch(self.grammar_root):
             raise ConfigError(
                 f"grammar_root={self.grammar_root!r} is invalid: expected a rule name of letters, "

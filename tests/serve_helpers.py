@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import subprocess
+import sys
+import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -81,3 +85,29 @@ def subprocess_env() -> dict[str, str]:
     """The environment for a subprocess that must import the spec_actor under test (see test_cli.py)."""
     root = str(Path(spec_actor.__file__).resolve().parent.parent)
     return dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p))
+
+
+TIMEOUT = 120
+"""Seconds a subprocess step may take before the test fails (generous: a loaded machine)."""
+CLI = [sys.executable, "-m", "spec_actor.cli"]
+
+
+def start_cli_server(*args: str) -> tuple[subprocess.Popen[str], str]:
+    """Start ``spec-actor serve`` on a free port; return the process and its URL (from its stderr line)."""
+    proc = subprocess.Popen([*CLI, "serve", "--port", "0", "-c", "256", "-t", "1", *args],
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=subprocess_env(), cwd=TESTS_DIR)
+    found: list[str] = []
+
+    def read() -> None:
+        for line in proc.stderr:
+            found.append(line)
+            if "serving" in line:
+                return
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    reader.join(TIMEOUT)
+    match = re.search(r"on (http://\S+) ", found[-1] if found else "")
+    assert match, "".join(found)
+    return proc, match.group(1)

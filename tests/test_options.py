@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from spec_actor import ConfigError, Sampling
+from spec_actor import ConfigError, GrammarError, GrammarLimits, Sampling
 from spec_actor._options import RequestOptions
 
 
@@ -20,6 +20,8 @@ def test_defaults_and_sampler_options():
     ({"emit_stats_every": -1}, "emit_stats_every"),
     ({"timeout": 0}, "timeout"),
     ({"timeout": float("nan")}, "timeout"),
+    ({"deadline": "soon"}, "deadline"),
+    ({"deadline": float("nan")}, "deadline"),
     ({"stop": ""}, "stop"),
     ({"stop": ["a", 3]}, "stop"),
     ({"add_special": 1}, "add_special"),
@@ -27,6 +29,7 @@ def test_defaults_and_sampler_options():
     ({"top_k": -1}, "top_k"),
     ({"sampling": Sampling(), "temp": 1.0}, "not both"),
     ({"sampling": "greedy"}, "sampling"),
+    ({"grammar_limits": {"max_depth": 9}}, "grammar_limits"),
 ])  # fmt: skip
 def test_bad_options_raise_config_error(kwargs, match):
     with pytest.raises(ConfigError, match=match):
@@ -35,3 +38,10 @@ def test_bad_options_raise_config_error(kwargs, match):
 
 def test_duplicate_stop_strings_are_dropped():
     assert RequestOptions.from_kwargs(stop=["a", "b", "a"]).stop == ("a", "b")
+
+
+def test_grammar_past_its_limits_raises_grammar_error_naming_the_limit():
+    deep = "root ::= " + "(" * 300 + '"a"' + ")" * 300
+    with pytest.raises(GrammarError, match="max_depth"):
+        RequestOptions.from_kwargs(grammar=deep)
+    assert RequestOptions.from_kwargs(grammar=deep, grammar_limits=GrammarLimits(max_depth=300)).sampling.grammar

@@ -8,42 +8,17 @@ import signal
 import socket
 import subprocess
 import sys
-import threading
 
 import httpx
-from serve_helpers import TESTS_DIR, subprocess_env
+from serve_helpers import CLI, TESTS_DIR, TIMEOUT, start_cli_server as start, subprocess_env
 
 EXAMPLES = TESTS_DIR.parent / "examples"
-
-TIMEOUT = 120
-CLI = [sys.executable, "-m", "spec_actor.cli"]
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
     """Run the command to completion; from the tests folder, so PYTHONPATH picks the package."""
     return subprocess.run([*CLI, *args], stdin=subprocess.DEVNULL, capture_output=True, text=True,
                           timeout=TIMEOUT, env=subprocess_env(), cwd=TESTS_DIR)
-
-
-def start(*args: str) -> tuple[subprocess.Popen[str], str]:
-    """Start ``spec-actor serve`` on a free port; return the process and its URL (from its stderr line)."""
-    proc = subprocess.Popen([*CLI, "serve", "--port", "0", "-c", "256", "-t", "1", *args],
-                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=subprocess_env(), cwd=TESTS_DIR)
-    found: list[str] = []
-
-    def read() -> None:
-        for line in proc.stderr:
-            found.append(line)
-            if "serving" in line:
-                return
-
-    reader = threading.Thread(target=read, daemon=True)
-    reader.start()
-    reader.join(TIMEOUT)
-    match = re.search(r"on (http://\S+) ", found[-1] if found else "")
-    assert match, "".join(found)
-    return proc, match.group(1)
 
 
 def test_serve_streams_then_sigterm_ends_the_stream_cleanly_and_exits():
@@ -103,3 +78,12 @@ def test_serve_and_query_example():
     assert completion and completion.group(2).strip() and completion.group(3) == "8", out
     assert re.search(r'^spec_actor:generation_tokens_total\{model_name="gemma-3-270m-q4_k_m"\} 16\.0$', out, re.M)
     assert out.rstrip().endswith("stopped")
+
+
+def test_serve_refuses_limits_out_of_range_before_loading_the_model():
+    deep = cli("serve", "--grammar-limit", "max_depth=5000")
+    unknown = cli("serve", "--body-limit", "depth=3")
+    negative = cli("serve", "--send-timeout", "0")
+    assert (deep.returncode, unknown.returncode, negative.returncode) == (2, 2, 2)
+    assert "max_depth=5000 is invalid" in deep.stderr and "max_number_chars" in unknown.stderr
+    assert "--send-timeout" in negative.stderr

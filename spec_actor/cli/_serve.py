@@ -3,14 +3,21 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import signal
 import sys
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-from .._pool import open_pool
+from .._errors import ConfigError
+from .._limits import BodyLimits, GrammarLimits
 from .._spec import DEFAULT_SPEC, SPEC_TYPES, Spec
 from ._common import (CliError, Subcommands, add_draft_options, add_model_options, n_draft_arg,
                       open_model, positive_int, spec_from_options)
+
+if TYPE_CHECKING:
+    from ..serve import ServeLimits
 
 DEFAULT_PORT = 8080
 
@@ -52,7 +59,75 @@ def add_parser(sub: Subcommands) -> None:
                         "history; a timing side channel between the clients of one actor)")
     p.add_argument("--model-name", metavar="NAME",
                    help="the model id clients see (default: the GGUF file name without .gguf)")
+    add_limit_options(p)
     p.set_defaults(handler=run)
+
+
+def add_limit_options(p: argparse.ArgumentParser) -> None:
+    """The flags of `ServeLimits`: timeouts and parser bounds (README, "Serving safely")."""
+    p.add_argument("--send-timeout", type=positive_float, default=30.0, metavar="S",
+                   help="end a request whose client has not read its response for S seconds, freeing its "
+                        "actor (default: 30)")
+    p.add_argument("--read-timeout", type=positive_float, default=30.0, metavar="S",
+                   help="answer 408 to a request whose body has not arrived within S seconds (default: 30)")
+    p.add_argument("--max-request-seconds", type=float, default=600.0, metavar="S",
+                   help="end a request S seconds after it arrived, queueing included, as if max_tokens was "
+                        "reached; 0 for no limit (default: 600)")
+    p.add_argument("--shutdown-timeout", type=positive_float, default=10.0, metavar="S",
+                   help="on Ctrl-C or SIGTERM, cut connections still open after S seconds (default: 10)")
+    p.add_argument("--grammar-limit", type=_limit_arg(_GRAMMAR_LIMITS), action="append", default=[],
+                   metavar="NAME=N", help=f"bound on a request's GBNF grammar, repeatable "
+                                          f"({', '.join(f'{k} default {v}' for k, v in _GRAMMAR_LIMITS.items())})")
+    p.add_argument("--body-limit", type=_limit_arg(_BODY_LIMITS), action="append", default=[],
+                   metavar="NAME=N", help=f"bound on a request's JSON body, repeatable "
+                                          f"({', '.join(f'{k} default {v}' for k, v in _BODY_LIMITS.items())})")
+
+
+def positive_float(text: str) -> float:
+    """argparse type: a finite number of seconds > 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"invalid value {text!r}: expected seconds > 0")
+    return value
+
+
+def _defaults(cls: type) -> dict[str, int]:
+    return {f.name: f.default for f in dataclasses.fields(cls)}
+
+
+_GRAMMAR_LIMITS = _defaults(GrammarLimits)
+_BODY_LIMITS = _defaults(BodyLimits)
+
+
+def _limit_arg(names: dict[str, int]) -> Callable[[str], tuple[str, int]]:
+    def parse(text: str) -> tuple[str, int]:
+        key, sep, raw = text.partition("=")
+        key = key.strip().replace("-", "_")
+        if not sep or key not in names or not raw.strip().isdigit():
+            raise argparse.ArgumentTypeError(f"invalid value {text!r}: expected NAME=N with NAME one of "
+                                             f"{', '.join(names)}")
+        return key, int(raw)
+    return parse
+
+
+def limits_from_options(args: argparse.Namespace) -> ServeLimits:
+    """The `ServeLimits` of the command line.
+
+    Raises:
+        CliError: a limit is out of range.
+    """
+    from ..serve import ServeLimits
+
+    try:
+        return ServeLimits(send_timeout=args.send_timeout, read_timeout=args.read_timeout,
+                           max_request_seconds=args.max_request_seconds or None,
+                           shutdown_timeout=args.shutdown_timeout,
+                           grammar=GrammarLimits(**dict(args.grammar_limit)), body=BodyLimits(**dict(args.body_limit)))
+    except ConfigError as exc:
+        raise CliError(f"argument: {exc.message}", exit_code=2) from None
 
 
 def run(args: argparse.Namespace) -> int:
@@ -64,6 +139,7 @@ def run(args: argparse.Namespace) -> int:
         raise CliError(f"spec-actor serve needs the serve extra ({exc.name} is missing): "
                        "pip install 'spec_actor[serve]'") from None
     spec = _spec(args)
+    limits = limits_from_options(args)  # before the model loads: a bad flag fails at once
     model = open_model(args, mtp=spec is not None and spec.is_mtp)
     api_key = args.api_key or _env_key()
     options = {"n_threads": args.threads} if args.threads else {}
@@ -73,7 +149,7 @@ def run(args: argparse.Namespace) -> int:
     async def serve() -> int:
         async with open_server(model, host=args.host, port=args.port, pool=args.pool, spec=spec, api_key=api_key,
                                n_ctx=args.n_ctx, max_queue=args.max_queue, max_body=args.max_body,
-                               model_name=args.model_name, **options) as server:
+                               model_name=args.model_name, limits=limits, **options) as server:
             with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
                 print(f"spec-actor: serving {server.state.model_name} on {server.url} "
                       f"(spec {server.pool.actors[0].spec.type}, pool {args.pool}, n_ctx {args.n_ctx}); "

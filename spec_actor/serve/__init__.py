@@ -4,12 +4,15 @@
 ``POST /v1/chat/completions`` (streamed as server-sent events or whole),
 ``GET /v1/models``, ``GET /health`` and ``GET /metrics`` (Prometheus). It
 runs hypercorn's trio worker; a client that hangs up cancels its
-generation, prompt prefill included. Needs the ``serve`` extra
+generation, prompt prefill included; `ServeLimits` bounds what one client
+may take (README, "Serving safely"). Needs the ``serve`` extra
 (``pip install 'spec_actor[serve]'``).
 """
 
 from ._errors import ApiError
+from ._limits import BodyLimits, GrammarLimits, ServeLimits
 from ._server import DEFAULT_MAX_BODY, Server, open_server
 from ._state import Cancellation, ServerState
 
-__all__ = ["DEFAULT_MAX_BODY", "ApiError", "Cancellation", "Server", "ServerState", "open_server"]
+__all__ = ["DEFAULT_MAX_BODY", "ApiError", "BodyLimits", "Cancellation", "GrammarLimits", "ServeLimits", "Server",
+           "ServerState", "open_server"]

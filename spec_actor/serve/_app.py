@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import secrets
+from typing import Literal
+
+import trio
 
 from ._errors import ApiError, shutting_down
 from ._generation import answer
 from ._http import Exchange, HungUp, Receive, Scope, Send
 from ._metrics import CONTENT_TYPE
-from ._params import parse_chat, parse_completion
+from ._prepare import prepare
 from ._state import ServerState
 
 __all__ = ["App", "ServerState"]
@@ -35,6 +38,9 @@ class App:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
             await _lifespan(receive, send)
+            return
+        if scope["type"] == "websocket":
+            await _refuse_websocket(scope, receive, send)
             return
         if scope["type"] != "http":
             return
@@ -71,17 +77,25 @@ class App:
                            code="invalid_api_key")
 
     async def _completions(self, exchange: Exchange) -> None:
-        body = await self._body(exchange)
-        await answer(exchange, parse_completion(body, self.state.pool.model.info.n_vocab), self.state)
+        await self._generate(exchange, "completion")
 
     async def _chat(self, exchange: Exchange) -> None:
-        body = await self._body(exchange)
-        await answer(exchange, parse_chat(body), self.state)
+        await self._generate(exchange, "chat")
 
-    async def _body(self, exchange: Exchange) -> object:
-        if self.state.stopping.is_set():
+    async def _generate(self, exchange: Exchange, kind: Literal["completion", "chat"]) -> None:
+        arrived_at = trio.current_time()
+        state = self.state
+        if state.stopping.is_set():
             raise shutting_down()
-        return await exchange.read_json(self.state.max_body)
+        try:
+            data = await exchange.read_body(state.max_body, state.limits.read_timeout)
+        except ApiError as error:
+            if error.status == 408:
+                state.metrics.timed_out("read")
+            raise
+        prepared = await prepare(kind, data, state.pool.model, state.pool.actors[0].n_ctx, state.limits,
+                                 state.prepare_limiter)
+        await answer(exchange, prepared, state, arrived_at)
 
     async def _models(self, exchange: Exchange) -> None:
         model = {"id": self.state.model_name, "object": "model", "created": self.state.created,
@@ -106,3 +120,23 @@ async def _lifespan(receive: Receive, send: Send) -> None:
         elif message["type"] == "lifespan.shutdown":
             await send({"type": "lifespan.shutdown.complete"})
             return
+
+
+async def _refuse_websocket(scope: Scope, receive: Receive, send: Send) -> None:
+    """Refuse a WebSocket upgrade: a 404 in OpenAI's error shape where the server can send one, else a close."""
+    message = await receive()
+    if message["type"] != "websocket.connect":
+        return
+    if "websocket.http.response" in scope.get("extensions", {}):
+        exchange = Exchange(scope, receive, _denial(send))
+        await exchange.send_error(ApiError(404, "this server speaks HTTP, not WebSocket; send a plain request",
+                                           code="websocket_not_supported"))
+    else:
+        await send({"type": "websocket.close", "code": 1003})
+
+
+def _denial(send: Send) -> Send:
+    """``send`` with HTTP response messages renamed to the WebSocket denial response's."""
+    async def deny(message: dict) -> None:  # type: ignore[type-arg]
+        await send(dict(message, type="websocket." + message["type"]))
+    return deny  # type: ignore[return-value]

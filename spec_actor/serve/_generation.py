@@ -1,9 +1,12 @@
 """Run one checked completion request on the pool and answer it, whole or as an event stream.
 
-A request ends early when its client hangs up or the server stops: the
-generation's cancel scope is cancelled, which leaves the library's event
-stream, which stops the native loop (within one loop step, or milliseconds
-into a prompt prefill) and waits until the actor is idle.
+A request ends early when its client hangs up, stops reading for longer
+than the send timeout, or the server stops: the generation's cancel scope is
+cancelled, which leaves the library's event stream, which stops the native
+loop (within one loop step, or milliseconds into a prompt prefill) and waits
+until the actor is idle. A stalled client's connection is also closed: only
+that ends a write to it. A request that reaches ``max_request_seconds`` ends
+as if its ``max_tokens`` was reached (the stream's ``deadline``).
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from .._events import Done, Eog, Error, Token
 from ..streams import EventStream
 from ._errors import ApiError, api_error_for, shutting_down
 from ._http import Exchange
-from ._params import Job
+from ._prepare import Prepared
 from ._responses import Reply
 from ._state import Cancellation, ServerState
 
@@ -25,8 +28,8 @@ from ._state import Cancellation, ServerState
 __all__ = ["answer"]
 
 
-async def answer(exchange: Exchange, job: Job, state: ServerState) -> None:
-    """Run ``job`` and send its response.
+async def answer(exchange: Exchange, prepared: Prepared, state: ServerState, arrived_at: float) -> None:
+    """Run the prepared request and send its response; ``arrived_at`` starts its time budget.
 
     Raises:
         ApiError: the request was refused or failed before its response
@@ -34,35 +37,35 @@ async def answer(exchange: Exchange, job: Job, state: ServerState) -> None:
             server stopping), or failed after (the caller then sends it as
             the stream's last event).
     """
-    await _Answer(exchange, job, state).run()
+    await _Answer(exchange, prepared, state, arrived_at).run()
 
 
 class _Answer:
     """One request's run: its event stream, what it delivered, and why it ended early, if it did."""
 
-    def __init__(self, exchange: Exchange, job: Job, state: ServerState) -> None:
+    def __init__(self, exchange: Exchange, prepared: Prepared, state: ServerState, arrived_at: float) -> None:
         self.exchange = exchange
-        self.job = job
+        self.job = job = prepared.job
         self.state = state
         self.reply = Reply(job.kind, state.model_name)
-        self.arrived_at = trio.current_time()
-        self.events = self._open()
+        self.arrived_at = arrived_at
+        self.events = self._open(prepared.tokens)
         self.text: list[str] = []
         self.tokens = 0
         self.finish_reason: str | None = None
         self.prompt_tokens = 0
         self.cached_tokens = 0
         self.ended_by: tuple[str, float] | None = None
-        """("hangup" or "shutdown", when it was seen) once the request is ended early."""
+        """("hangup", "send_timeout" or "shutdown", when it was seen) once the request is ended early."""
         self.run_scope = trio.CancelScope()
 
-    def _open(self) -> EventStream:
+    def _open(self, tokens: list[int]) -> EventStream:
         job, pool = self.job, self.state.pool
         max_tokens = job.max_tokens or pool.actors[0].n_ctx  # the context's end stops it first
+        budget = self.state.limits.max_request_seconds
+        deadline = None if budget is None else self.arrived_at + budget
         try:
-            if job.kind == "chat":
-                return pool.chat_events(job.messages, max_tokens=max_tokens, **job.options)
-            return pool.stream_events(job.prompt, max_tokens=max_tokens, **job.options)
+            return pool.stream_events(tokens, max_tokens=max_tokens, deadline=deadline, **job.options)
         except SpecActorError as exc:
             raise api_error_for(exc) from None
 
@@ -71,6 +74,7 @@ class _Answer:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._end_when, self.exchange.watch_hangup, "hangup")
             nursery.start_soon(self._end_when, self.state.stopping.wait, "shutdown")
+            nursery.start_soon(self._end_when, self._stalled, "send_timeout")
             with self.run_scope:
                 try:
                     await self._generate()
@@ -80,6 +84,8 @@ class _Answer:
             nursery.cancel_scope.cancel()
         if self.ended_by is not None:
             self.state.metrics.finished("abort")
+            if self.ended_by[0] == "send_timeout":
+                self.state.metrics.timed_out("send")
             if self.ended_by[0] == "shutdown":
                 with trio.CancelScope(shield=True):
                     await self.exchange.send_error(shutting_down())
@@ -91,11 +97,16 @@ class _Answer:
 
     async def _end_when(self, wait: Callable[[], Awaitable[object]], reason: str) -> None:
         await wait()
-        if self.exchange.complete:  # too late to end it: the whole response went out
+        if self.exchange.complete or self.ended_by is not None:  # too late, or ended already (first reason wins)
             return
         seen_at = self.exchange.hung_up_at if reason == "hangup" else None
         self.ended_by = (reason, seen_at if seen_at is not None else trio.current_time())
         self.run_scope.cancel()
+        if reason == "send_timeout":  # the send in progress ends only with its connection
+            self.state.connections.abort(self.exchange.scope.get("client"))
+
+    async def _stalled(self) -> None:
+        await self.exchange.wait_stalled(self.state.limits.send_timeout)
 
     async def _generate(self) -> None:
         """Read the events, streaming the text out (or keeping it); leave the stream idle in any case."""
@@ -110,7 +121,9 @@ class _Answer:
                 elif type(ev) is Error:
                     raise api_error_for(ev.exception())
                 elif isinstance(ev, (Done, Eog)):
-                    self.finish_reason = "length" if type(ev) is Done and ev.reason == "max_tokens" else "stop"
+                    self.finish_reason = "length" if type(ev) is Done and ev.reason != "stop" else "stop"
+                    if type(ev) is Done and ev.reason == "deadline":
+                        self.state.metrics.timed_out("request")
                     self.prompt_tokens = ev.stats.prompt_tokens
                     self.cached_tokens = ev.stats.prompt_reused
         finally:

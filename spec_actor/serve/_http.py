@@ -8,7 +8,7 @@ from typing import Any
 
 import trio
 
-from ._errors import ApiError, bad_request
+from ._errors import ApiError
 
 __all__ = ["Exchange", "HungUp", "Receive", "Scope", "Send"]
 
@@ -28,14 +28,15 @@ class HungUp(Exception):
 class Exchange:
     """One request and its response, over ASGI.
 
-    `read_json` reads the body (once); after that, `watch_hangup` notices
+    `read_body` reads the body (once); after that, `watch_hangup` notices
     the client going away, which ASGI reports as ``http.disconnect`` on
     `receive`. Responses are a JSON body (`send_json`) or an event stream
     (`start_events`, `send_event`, `end_events`). Sends to a client that
     has gone are dropped.
     """
 
-    __slots__ = ("scope", "_receive", "_send", "started", "streaming", "complete", "hung_up", "hung_up_at")
+    __slots__ = ("scope", "_receive", "_send", "started", "streaming", "complete", "hung_up", "hung_up_at",
+                 "sending_since", "_send_began")
 
     def __init__(self, scope: Scope, receive: Receive, send: Send) -> None:
         self.scope = scope
@@ -51,6 +52,9 @@ class Exchange:
         """Set when the client closed the connection."""
         self.hung_up_at: float | None = None
         """`trio.current_time()` when the hang-up was seen."""
+        self.sending_since: float | None = None
+        """`trio.current_time()` when the send in progress began; None between sends."""
+        self._send_began = trio.Event()
 
     # -- request ----------------------------------------------------------------------
 
@@ -71,39 +75,38 @@ class Exchange:
                 return value.decode("latin-1")
         return None
 
-    async def read_json(self, limit: int) -> object:
-        """The request body parsed as JSON.
+    async def read_body(self, limit: int, timeout: float) -> bytes:
+        """The request body, whole.
 
         Raises:
-            ApiError: 413 for a body over ``limit`` bytes, 400 for one that
-                is not UTF-8 JSON.
+            ApiError: 413 for a body over ``limit`` bytes, 408 for one that
+                has not arrived ``timeout`` seconds after the request.
             HungUp: the client left before sending the whole body.
         """
         declared = self.header(b"content-length")
         if declared is not None and declared.strip().isdigit() and int(declared) > limit:
             raise _too_large(limit)
         chunks, size = [], 0
-        while True:
-            message = await self._receive()
-            if message["type"] == "http.disconnect":
-                self._mark_hung_up()
-                raise HungUp
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > limit:
-                raise _too_large(limit)
-            chunks.append(chunk)
-            if not message.get("more_body", False):
-                break
-        try:
-            return json.loads(b"".join(chunks))
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise bad_request(f"the request body is not valid JSON: {exc}", code="invalid_json") from None
+        with trio.move_on_after(timeout):
+            while True:
+                message = await self._receive()
+                if message["type"] == "http.disconnect":
+                    self._mark_hung_up()
+                    raise HungUp
+                chunk = message.get("body", b"")
+                size += len(chunk)
+                if size > limit:
+                    raise _too_large(limit)
+                chunks.append(chunk)
+                if not message.get("more_body", False):
+                    return b"".join(chunks)
+        raise ApiError(408, f"the request body did not arrive within {timeout:g} s (the server's "
+                            "--read-timeout); send it at once", code="request_timeout")
 
     async def watch_hangup(self) -> None:
         """Return when the client hangs up before the response is complete, setting `hung_up`.
 
-        Run it as a task after `read_json`; once the response is complete it never returns.
+        Run it as a task after `read_body`; once the response is complete it never returns.
         """
         while True:
             message = await self._receive()
@@ -111,6 +114,23 @@ class Exchange:
                 if self.complete:
                     await trio.sleep_forever()
                 self._mark_hung_up()
+                return
+
+    async def wait_stalled(self, timeout: float) -> None:
+        """Return once one send has waited ``timeout`` seconds for the client to read.
+
+        Run it as a task beside the sends. A client that reads nothing fills
+        the socket buffers, and then a send waits (hypercorn shields it from
+        cancellation: only closing the connection ends it).
+        """
+        while True:
+            await self._send_began.wait()
+            since = self.sending_since
+            if since is None:  # that send is over; wait for the next
+                await trio.lowlevel.checkpoint()
+                continue
+            await trio.sleep_until(since + timeout)
+            if self.sending_since == since:
                 return
 
     def _mark_hung_up(self) -> None:
@@ -166,7 +186,13 @@ class Exchange:
             return
         if message["type"] == "http.response.body" and not message.get("more_body", False):
             self.complete = True
-        await self._send(message)
+        self.sending_since = trio.current_time()
+        self._send_began.set()
+        try:
+            await self._send(message)
+        finally:
+            self.sending_since = None
+            self._send_began = trio.Event()
 
 
 def _too_large(limit: int) -> ApiError:

@@ -50,11 +50,21 @@ class ServerMetrics:
         self._finished = Counter(f"{PREFIX}request_success", "Requests finished, by finish reason "
                                  "(stop, length, abort: the client hung up or the server stopped, error).",
                                  labels + ["finished_reason"], registry=self.registry)
+        self._timeouts = Counter(f"{PREFIX}request_timeouts", "Requests ended by a server limit, by kind (send: "
+                                 "the client stopped reading for --send-timeout; read: the body did not arrive "
+                                 "within --read-timeout; request: --max-request-seconds).",
+                                 labels + ["kind"], registry=self.registry)
+        for kind in ("send", "read", "request"):
+            self._timeouts.labels(model_name, kind)  # exported at 0 from the start
         self.registry.register(_PoolCollector(pool, model_name))
 
     def finished(self, reason: str) -> None:
         """Count a finished request."""
         self._finished.labels(self.model_name, reason).inc()
+
+    def timed_out(self, kind: str) -> None:
+        """Count a request a limit ended: ``"send"``, ``"read"`` or ``"request"``."""
+        self._timeouts.labels(self.model_name, kind).inc()
 
     def render(self) -> bytes:
         """The registry in Prometheus text format (`CONTENT_TYPE`)."""

@@ -14,7 +14,9 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from .._errors import ConfigError
+from .._chat import ROLES
+from .._errors import ConfigError, GrammarError
+from .._limits import GrammarLimits
 from .._sampling import Sampling
 from ._errors import ApiError, bad_request
 
@@ -25,6 +27,9 @@ Kind = Literal["completion", "chat"]
 # Default `max_tokens` of /v1/completions, as in OpenAI's API; chat generates
 # until the end of the turn or of the context.
 COMPLETION_MAX_TOKENS = 16
+
+# Most stop strings per request (OpenAI takes 4): each is matched against every token's text.
+MAX_STOP = 16
 
 # OpenAI's sampling fields -> spec_actor's `Sampling` names, then the extensions.
 _FLOAT_FIELDS = {"temperature": "temp", "top_p": "top_p", "presence_penalty": "presence_penalty",
@@ -49,11 +54,11 @@ class Job:
     messages: list[dict[str, str]] = field(default_factory=list)
     """The conversation of a chat, each ``{"role", "content"}`` with text content."""
     options: dict[str, Any] = field(default_factory=dict)
-    """Request options of ``stream_events`` (stop strings, sampler options), max_tokens aside."""
+    """Request options of ``stream_events`` (``sampling``, ``stop``), max_tokens aside."""
 
 
-def parse_completion(body: object, n_vocab: int) -> Job:
-    """Check the body of ``POST /v1/completions``.
+def parse_completion(body: object, n_vocab: int, grammar_limits: GrammarLimits = GrammarLimits()) -> Job:
+    """Check the body of ``POST /v1/completions``; a grammar against ``grammar_limits``.
 
     Raises:
         ApiError: a 400 naming the field to change.
@@ -69,11 +74,12 @@ def parse_completion(body: object, n_vocab: int) -> Job:
         raise _unsupported("best_of", f"best_of={best_of}")
     prompt = _prompt(body.get("prompt"), n_vocab)
     max_tokens = _max_tokens(body, ("max_tokens",), COMPLETION_MAX_TOKENS)
-    return Job("completion", *_stream(body), max_tokens=max_tokens, prompt=prompt, options=_options(body))
+    return Job("completion", *_stream(body), max_tokens=max_tokens, prompt=prompt,
+               options=_options(body, grammar_limits))
 
 
-def parse_chat(body: object) -> Job:
-    """Check the body of ``POST /v1/chat/completions``.
+def parse_chat(body: object, grammar_limits: GrammarLimits = GrammarLimits()) -> Job:
+    """Check the body of ``POST /v1/chat/completions``; a grammar against ``grammar_limits``.
 
     Raises:
         ApiError: a 400 naming the field to change.
@@ -89,7 +95,8 @@ def parse_chat(body: object) -> Job:
         raise _unsupported("response_format", f"response_format {fmt.get('type')!r} (use the grammar field)")
     messages = _messages(body.get("messages"))
     max_tokens = _max_tokens(body, ("max_completion_tokens", "max_tokens"), None)
-    return Job("chat", *_stream(body), max_tokens=max_tokens, messages=messages, options=_options(body))
+    return Job("chat", *_stream(body), max_tokens=max_tokens, messages=messages,
+               options=_options(body, grammar_limits))
 
 
 # -- fields -------------------------------------------------------------------------------
@@ -165,8 +172,8 @@ def _max_tokens(body: dict[str, Any], names: tuple[str, ...], default: int | Non
     return default
 
 
-def _options(body: dict[str, Any]) -> dict[str, Any]:
-    """Stop strings and sampler options for ``stream_events``; ranges are checked by `Sampling`."""
+def _options(body: dict[str, Any], grammar_limits: GrammarLimits) -> dict[str, Any]:
+    """``sampling`` and ``stop`` for ``stream_events``; ranges are checked by `Sampling`."""
     options: dict[str, Any] = {}
     for name, option in _FLOAT_FIELDS.items():
         value = _get(body, name, float, default=None)
@@ -181,22 +188,26 @@ def _options(body: dict[str, Any]) -> dict[str, Any]:
     grammar = _get(body, "grammar", str, default=None)
     if grammar is not None:
         options["grammar"] = grammar
-    _check_sampling(options)
+    options = {"sampling": _sampling(options, grammar_limits)}
     stop = body.get("stop")
     if stop is not None:
         items = [stop] if isinstance(stop, str) else stop
         if not isinstance(items, list) or not all(isinstance(s, str) for s in items):
             raise bad_request(f"stop must be a string or an array of strings, not {_json_type(stop)}",
                               param="stop", code="invalid_type")
+        if len(items) > MAX_STOP:
+            raise bad_request(f"stop has {len(items)} strings; send at most {MAX_STOP}", param="stop")
         if any(items):
             options["stop"] = [s for s in items if s]
     return options
 
 
-def _check_sampling(options: dict[str, Any]) -> None:
-    """Let `Sampling` check the ranges now, so that its error names the request's field."""
+def _sampling(options: dict[str, Any], grammar_limits: GrammarLimits) -> Sampling:
+    """The `Sampling` of the options; its errors name the request's field."""
     try:
-        Sampling(**options)
+        return Sampling(**options, grammar_limits=grammar_limits)
+    except GrammarError as exc:
+        raise bad_request(exc.message, param="grammar", code="invalid_grammar") from None
     except ConfigError as exc:
         option = exc.message.split("=", 1)[0]
         field = next((name for table in (_FLOAT_FIELDS, _INT_FIELDS) for name, opt in table.items()
@@ -236,6 +247,9 @@ def _messages(messages: object) -> list[dict[str, str]]:
         role = message.get("role")
         if not isinstance(role, str) or not role:
             raise bad_request(f"{where}.role must be a non-empty string", param=f"{where}.role")
+        if role not in ROLES:
+            raise bad_request(f"{where}.role {_short(role)} is not a role: use one of {', '.join(sorted(ROLES))}",
+                              param=f"{where}.role", code="invalid_value")
         out.append({"role": role, "content": _content(message.get("content"), f"{where}.content")})
     return out
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import os
 import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -13,14 +12,15 @@ from typing import Any, final
 
 import trio
 from hypercorn.config import Config
-from hypercorn.trio import serve as hypercorn_serve
 
 from .._model import Model
 from .._pool import ActorPool, open_pool
 from .._groups import unwrap_groups
 from .._spec import Spec
+from .._errors import ConfigError
 from .._validate import check_int
 from ._app import App, ServerState
+from ._limits import ServeLimits
 from ._metrics import ServerMetrics
 
 __all__ = ["Server", "open_server"]
@@ -68,7 +68,8 @@ class Server:
 
         The server stops accepting connections; running requests end (a
         stream with an error event and ``data: [DONE]``, a whole response
-        with a 503), queued ones get a 503; then the pool closes.
+        with a 503), queued ones get a 503; connections still open after
+        the shutdown timeout are cut; then the pool closes.
         """
         self._state.stopping.set()
 
@@ -81,7 +82,7 @@ class Server:
 async def open_server(model: Model, *, host: str = "127.0.0.1", port: int = 8080, pool: int = 1,
                       spec: Spec | str | None = None, api_key: str | None = None, n_ctx: int = 4096,
                       max_queue: int = 16, max_body: int = DEFAULT_MAX_BODY, model_name: str | None = None,
-                      graceful_timeout: float = 5.0, **context_options: Any) -> AsyncIterator[Server]:
+                      limits: ServeLimits | None = None, **context_options: Any) -> AsyncIterator[Server]:
     """Serve ``model`` over HTTP with OpenAI's API until the block is left or `Server.stop` is called.
 
     Args:
@@ -94,7 +95,8 @@ async def open_server(model: Model, *, host: str = "127.0.0.1", port: int = 8080
         max_queue: Requests that may wait per actor; past that, a 429.
         max_body: Largest request body in bytes; past that, a 413.
         model_name: The model id clients see (default: the GGUF's file name without ``.gguf``).
-        graceful_timeout: Seconds that open connections get to finish once stopping.
+        limits: Timeouts (send, read, per request, shutdown) and parser
+            bounds (`ServeLimits`; its defaults when None).
         context_options: n_threads, n_batch, ... for `open_pool`.
 
     Raises:
@@ -102,9 +104,14 @@ async def open_server(model: Model, *, host: str = "127.0.0.1", port: int = 8080
         OSError: the address cannot be bound (in use, not local), before the pool opens.
 
     **Cancellation**: leaving the block stops the server as `Server.stop`
-    describes, then closes the pool, which stops every native loop.
+    describes, then closes the pool, which stops every native loop. It
+    returns within ``limits.shutdown_timeout`` (and a loop step) however the
+    clients behave.
     """
     check_int("max_body", max_body, 1024, hint="leave room for a request's JSON")
+    limits = ServeLimits() if limits is None else limits
+    if not isinstance(limits, ServeLimits):
+        raise ConfigError(f"limits={limits!r} is invalid: expected a spec_actor.serve.ServeLimits")
     pool_options = dict(context_options, size=pool, n_ctx=n_ctx, max_queue=max_queue)
     if spec is not None:
         pool_options["spec"] = spec
@@ -112,17 +119,16 @@ async def open_server(model: Model, *, host: str = "127.0.0.1", port: int = 8080
     with _bound_socket(host, port) as sock:  # bound before the pool opens: a taken port fails fast, plainly
         async with open_pool(model, **pool_options) as actors:
             state = ServerState(pool=actors, model_name=name, metrics=ServerMetrics(actors, name),
-                                api_key=api_key, max_body=max_body)
-            config = _config(sock, graceful_timeout)
+                                api_key=api_key, max_body=max_body, limits=limits)
+            url = _url(sock)
             with unwrap_groups():
                 async with trio.open_nursery() as nursery:
-                    binds = await nursery.start(functools.partial(
-                        hypercorn_serve, App(state), config, shutdown_trigger=state.stopping.wait))
-                    # Only hypercorn's duplicate may hold the socket open now: when it stops
-                    # listening (at shutdown), the socket closes and new connections are refused.
-                    sock.close()
+                    # The listener owns the socket from here: when it stops listening (at
+                    # shutdown), the socket closes and new connections are refused.
+                    await nursery.start(functools.partial(
+                        state.connections.serve, App(state), _config(), sock, state.stopping, limits.shutdown_timeout))
                     try:
-                        yield Server(state, binds[0])
+                        yield Server(state, url)
                     finally:
                         state.stopping.set()
 
@@ -146,10 +152,13 @@ def _bound_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
-def _config(sock: socket.socket, graceful_timeout: float) -> Config:
+def _url(sock: socket.socket) -> str:
+    host, port = sock.getsockname()[:2]
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
+def _config() -> Config:
     config = Config()
-    config.bind = [f"fd://{os.dup(sock.fileno())}"]  # hypercorn owns (and closes) the duplicate
-    config.graceful_timeout = graceful_timeout
     config.loglevel = "WARNING"
     config.accesslog = None
     config.errorlog = logging.getLogger("spec_actor.serve")

@@ -10,6 +10,8 @@ import trio
 
 from .._pool import ActorPool
 from .._stats import StatsSnapshot
+from ._connections import Connections
+from ._limits import ServeLimits
 from ._metrics import ServerMetrics
 
 __all__ = ["Cancellation", "ServerState"]
@@ -20,7 +22,7 @@ class Cancellation:
     """A request that the server ended early, and how fast its actor became idle."""
 
     reason: str
-    """``"hangup"`` (the client closed the connection) or ``"shutdown"``."""
+    """``"hangup"`` (the client closed the connection), ``"send_timeout"`` (it stopped reading) or ``"shutdown"``."""
     seen_at: float
     """`trio.current_time()` when the server saw the reason."""
     idle_at: float
@@ -55,6 +57,12 @@ class ServerState:
     """The key clients must send as ``Authorization: Bearer KEY`` to ``/v1/*``; None: no key."""
     max_body: int = 1 << 20
     """Largest request body in bytes; a larger one is a 413."""
+    limits: ServeLimits = field(default_factory=ServeLimits)
+    """Timeouts and parser bounds of each request."""
+    connections: Connections = field(default_factory=Connections)
+    """The open connections, to cut one whose client stopped reading."""
+    prepare_limiter: trio.CapacityLimiter = field(default_factory=lambda: trio.CapacityLimiter(2))
+    """Worker threads that parse and tokenize request bodies at once."""
     stopping: trio.Event = field(default_factory=trio.Event)
     """Set when the server starts shutting down: requests end, new ones get a 503."""
     cancellations: deque[Cancellation] = field(default_factory=lambda: deque(maxlen=256))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from collections.abc import Callable
 from types import TracebackType
@@ -158,17 +159,21 @@ class EventStream:
 
     async def _pull(self) -> None:
         req = self._req
-        timeout = req.options.timeout
+        timeout = req.options.timeout if self._started else None
+        deadline = req.options.deadline
+        limit = min(math.inf if deadline is None else deadline,
+                    math.inf if timeout is None else trio.current_time() + timeout)
         try:
-            if timeout is None or not self._started:
+            batch = None
+            with trio.move_on_at(limit):
                 batch = await req.next_batch()
-            else:
-                batch = None
-                with trio.move_on_after(timeout):
-                    batch = await req.next_batch()
-                if batch is None:
+            if batch is None:
+                if deadline is not None and trio.current_time() >= deadline:
+                    await self._stop_run()
+                    self._end(Done(req.final_stats, reason="deadline"))
+                else:
                     await self._time_out(timeout)
-                    return
+                return
         except trio.EndOfChannel:
             await req.wait_finished()
             error = req.error or SpecActorError(

@@ -60,6 +60,10 @@ class StreamSource(RequestQueue):
                 request runs, after which it ends with ``Error`` (a
                 `GenerationTimeout`) and the native run is cancelled. Time
                 waiting in the queue does not count.
+            deadline (float | None): a `trio.current_time()` value by which
+                the request ends, queued or running: the native run is
+                cancelled and the stream ends with ``Done(stats,
+                reason="deadline")`` after the text generated so far.
             stop (str | list[str]): stop strings; the output ends before the
                 first one, the run is cancelled and the terminal is
                 ``Done(stats, reason="stop")``. Text that may begin a stop
@@ -113,20 +117,23 @@ class StreamSource(RequestQueue):
         formatted with the model's own chat template by llama.cpp (see
         `Model.apply_chat_template`; ``template`` overrides it) and ending
         with the opening of the assistant's turn. Takes the options of
-        `stream_events`; special tokens in the formatted prompt are parsed
-        (``parse_special=True``) unless the options say otherwise. The reply
-        ends at the model's end-of-turn token (an ``Eog`` event).
+        `stream_events`. Each message's content is text: control-token text
+        in it stays text (`Model.tokenize_chat`); ``parse_special=True``
+        parses it as tokens, for callers who write token text on purpose.
+        The reply ends at the model's end-of-turn token (an ``Eog`` event).
 
         Raises:
             ConfigError: the model has no chat template and none was given, or
-                llama.cpp does not support the template; or an option is bad.
+                llama.cpp does not support the template; a role is not
+                system, user, assistant or tool; or an option is bad.
             PromptError: a message is malformed, or the conversation does not
                 fit the context.
             ActorClosedError: the actor (or pool) is closed.
         """
-        prompt = self.model.apply_chat_template(messages, template=template)
-        options.setdefault("parse_special", True)
-        return self.stream_events(prompt, **options)
+        tokens = self.model.tokenize_chat(messages, template=template,
+                                          add_special=options.pop("add_special", True),
+                                          parse_special=options.pop("parse_special", False))
+        return self.stream_events(tokens, **options)
 
     def chat_stream(self, messages: Sequence[Message], *, template: str | None = None,
                     **options: Any) -> TextStream:
