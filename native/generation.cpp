@@ -178,7 +178,6 @@ sa_status Run::execute() {
     fresh_ = forget || s_.memory.capacity() == 0;
     n_reused_ = s_.prefix.resume(s_, p_.prompt, p_.n_prompt, forget);
     s_.stats.begin_run(t_start_, (uint64_t) p_.n_prompt, (uint64_t) n_reused_);
-    s_.stats.add(&Counters::t_prefill_us, ggml_time_us() - t_start_);  // trimming or restoring the kept prefix
     prompt_tgt_.reserve(n_ctx_);
     const std::optional<sa_status> ended = prefill();
     const sa_status st = ended ? *ended : loop();
