@@ -66,6 +66,7 @@ private:
     int32_t n_emitted_ = 0;
     int32_t next_stats_at_ = 0;
     bool fresh_ = false;  // keep nothing from earlier runs (forget() or memory 0)
+    const int32_t n_logprobs_ = s_.n_logprobs.load();  // -1: none; else top alternatives per token
 
     bool cancelled() const { return s_.cancelled(); }
 
@@ -206,14 +207,15 @@ void Run::roll_back(llama_tokens && ids, common_sampler_ptr && smpl_save) {
 }
 
 int Run::emit(const llama_tokens & ids, llama_token * eog_id) {
-    for (const llama_token id : ids) {
+    for (size_t k = 0; k < ids.size(); ++k) {  // ids[k] was sampled from output k of the verify batch
+        const llama_token id = ids[k];
         prompt_tgt_.push_back(id_last_);
         id_last_ = id;
         if (llama_vocab_is_eog(vocab_, id)) {
             *eog_id = id;
             return SA_EV_EOG;
         }
-        events_.token(id);
+        events_.token(id, s_.ctx_tgt, (int32_t) k, n_logprobs_);
         ++n_emitted_;
         s_.stats.add(&Counters::tokens_emitted, (uint64_t) 1);
         if (n_emitted_ == 1) s_.stats.set_ttft(ggml_time_us() - t_start_);

@@ -40,6 +40,7 @@ struct sa_session {
     std::atomic<int64_t> memory_capacity{0};
     std::atomic<bool> forget{false};
     std::atomic<int64_t> memory_tokens{0}, memory_bytes{0};
+    std::atomic<int32_t> n_logprobs{-1};  // sa_session_set_logprobs: for the runs that follow
 
     sa_session() = default;
     sa_session(const sa_session &) = delete;

@@ -23,6 +23,10 @@
  *    [0, token_id:int, piece:bin]        SA_EV_TOKEN  one accepted token; piece is
  *                                        the raw bytes of its text (may be a
  *                                        partial UTF-8 sequence)
+ *    [0, token_id:int, piece:bin, logprobs:array]
+ *                                        the same with the target's log-
+ *                                        probabilities, when asked for with
+ *                                        sa_session_set_logprobs
  *    [1, stats:map]                      SA_EV_STATS  a stats snapshot (below)
  *    [2, stats:map]                      SA_EV_DONE   max_tokens reached (terminal)
  *    [3, stats:map, eog_token_id:int]    SA_EV_EOG    end-of-generation token (terminal;
@@ -302,6 +306,16 @@ sa_status sa_testing_expected_tokens(const int32_t * n_checked, const int32_t * 
  * for prompt batches (set per run by the thread budget). Call it from the
  * run's own thread (its event callback) or between runs. */
 sa_status sa_testing_threads_in_use(const sa_session * session, int32_t * n_threads, int32_t * n_threads_batch);
+/* JSON schema -> GBNF by llama.cpp's converter (common/json-schema-to-grammar).
+ * SA_ERR_GRAMMAR names the part it cannot convert; SA_ERR_BUFFER with
+ * *n_out = needed length (without NUL) if cap is too small. */
+sa_status sa_json_schema_to_grammar(const char * schema, char * buf, int32_t cap, int32_t * n_out);
+/* Token events of the runs that follow carry the target's log-probabilities:
+ * n_top < 0 none (the default), else the token's and the n_top (at most 20)
+ * most likely tokens' at its position (a 4th field of the token event:
+ * [logprob:float, [[token_id:int, logprob:float], ...]], most likely first).
+ * Call it between runs. */
+sa_status sa_session_set_logprobs(sa_session * session, int32_t n_top);
 /* CDEF-END */
 
 #ifdef __cplusplus

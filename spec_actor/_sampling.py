@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any, final
 
 from ._errors import ConfigError
+from ._json_schema import schema_grammar
 from ._validate import check_float, check_int
 from .nif.grammar import check_grammar
 
@@ -43,6 +44,10 @@ class Sampling:
         presence_penalty: Presence penalty (0.0 turns it off).
         grammar: GBNF grammar text that constrains the output, or None.
         grammar_root: The grammar's start rule.
+
+    `from_options` (the public API's sampler options) also takes
+    ``json_schema``: a JSON schema (a dict) that becomes the grammar,
+    converted by llama.cpp's converter (see `spec_actor._json_schema`).
 
     Raises:
         ConfigError: A value is out of range; the message says what to change.
@@ -100,6 +105,8 @@ class Sampling:
             ConfigError: An option name is unknown (the message lists the
                 valid ones) or a value is out of range.
         """
+        if "json_schema" in opts:
+            opts["grammar"] = _schema_as_grammar(opts.pop("json_schema"), opts.get("grammar"))
         unknown = opts.keys() - _OPTION_NAMES
         if unknown:
             raise ConfigError(
@@ -121,5 +128,14 @@ class Sampling:
         }  # fmt: skip
 
 
-_OPTION_NAMES_ORDERED = tuple(f.name for f in dataclasses.fields(Sampling))
+_OPTION_NAMES_ORDERED = (*(f.name for f in dataclasses.fields(Sampling)), "json_schema")
 _OPTION_NAMES = frozenset(_OPTION_NAMES_ORDERED)
+
+
+def _schema_as_grammar(schema: Any, grammar: str | None) -> str | None:
+    """The grammar of a ``json_schema`` option (None: no schema); it excludes ``grammar``."""
+    if schema is None:
+        return grammar
+    if grammar is not None:
+        raise ConfigError("pass either grammar= or json_schema=, not both")
+    return schema_grammar(schema)

@@ -90,6 +90,11 @@ def run(handle: SessionHandle, tokens: list[int], *, max_tokens: int, emit_stats
     return status
 
 
+def set_logprobs(handle: SessionHandle, n_top: int | None) -> None:
+    """Token events of the following runs carry log-probabilities: None none, else n_top (0..20) alternatives."""
+    check(lib.sa_session_set_logprobs(handle, -1 if n_top is None else n_top), "logprobs")
+
+
 def cancel(handle: SessionHandle) -> None:
     """Ask the running loop to stop (any thread, lock-free)."""
     lib.sa_session_cancel(handle)

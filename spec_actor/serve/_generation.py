@@ -9,17 +9,21 @@ into a prompt prefill) and waits until the actor is idle.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 import trio
 
 from .._errors import SpecActorError
 from .._events import Done, Eog, Error, Token
+from .._stats import StatsSnapshot
 from ..streams import EventStream
 from ._errors import ApiError, api_error_for, shutting_down
 from ._http import Exchange
 from ._params import Job
 from ._responses import Reply
+from ._logprobs import LogprobsShaper
 from ._state import Cancellation, ServerState
+from ._timings import speculation_fields
 
 
 __all__ = ["answer"]
@@ -51,9 +55,14 @@ class _Answer:
         self.tokens = 0
         self.finish_reason: str | None = None
         self.prompt_tokens = 0
+        self.final_stats: StatsSnapshot | None = None
         self.ended_by: tuple[str, float] | None = None
         """("hangup" or "shutdown", when it was seen) once the request is ended early."""
         self.run_scope = trio.CancelScope()
+        self.shaper = (LogprobsShaper(job.kind == "chat", state.pool.model.tokenizer)
+                       if job.options.get("logprobs") is not None else None)
+        self.logprob_tokens: list[Token] = []
+        """Tokens whose logprobs are not sent yet (all of them when not streaming)."""
 
     def _open(self) -> EventStream:
         job, pool = self.job, self.state.pool
@@ -111,6 +120,7 @@ class _Answer:
                 elif isinstance(ev, (Done, Eog)):
                     self.finish_reason = "length" if type(ev) is Done and ev.reason == "max_tokens" else "stop"
                     self.prompt_tokens = ev.stats.prompt_tokens
+                    self.final_stats = ev.stats
         finally:
             with trio.CancelScope(shield=True):
                 tokens_before = self.events.stats().tokens_emitted  # just before aclose sets the cancel flag
@@ -124,10 +134,12 @@ class _Answer:
             if self.job.stream:
                 await self._open_stream()
         self.tokens += 1
+        if self.shaper is not None:
+            self.logprob_tokens.append(ev)
         if not ev.text:
             return
         if self.job.stream:
-            await self.exchange.send_event(self.reply.piece(ev.text))
+            await self.exchange.send_event(self._with_logprobs(self.reply.piece(ev.text)))
         else:
             self.text.append(ev.text)
 
@@ -141,16 +153,24 @@ class _Answer:
         reason = self.finish_reason or "stop"
         prompt_tokens = self.prompt_tokens or self.events.stats().prompt_tokens
         self.state.metrics.finished(reason)
+        speculation = speculation_fields(self.final_stats or self.events.stats(), self.tokens)
         if not self.job.stream:
-            await self.exchange.send_json(200, self.reply.whole("".join(self.text), reason, prompt_tokens,
-                                                                self.tokens))
+            whole = self.reply.whole("".join(self.text), reason, prompt_tokens, self.tokens)
+            await self.exchange.send_json(200, self._with_logprobs(whole) | speculation)
             return
         if not self.exchange.started:  # not a single token (an immediate end of generation)
             await self._open_stream()
-        await self.exchange.send_event(self.reply.closing(reason))
+        await self.exchange.send_event(self.reply.closing(reason) | speculation)
         if self.job.include_usage:
-            await self.exchange.send_event(self.reply.usage_chunk(prompt_tokens, self.tokens))
+            await self.exchange.send_event(self.reply.usage_chunk(prompt_tokens, self.tokens) | speculation)
         await self.exchange.end_events()
+
+    def _with_logprobs(self, response: dict[str, Any]) -> dict[str, Any]:
+        """``response`` with the logprobs of the tokens not sent yet in its choice, if the request asked."""
+        if self.shaper is not None:
+            response["choices"][0]["logprobs"] = self.shaper.shape(self.logprob_tokens)
+            self.logprob_tokens = []
+        return response
 
     def _record(self, tokens_before: int) -> None:
         assert self.ended_by is not None

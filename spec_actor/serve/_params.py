@@ -3,9 +3,10 @@
 Fields follow OpenAI's API as its clients send them. Fields this server does
 not know are ignored, as other OpenAI-compatible servers ignore them; known
 fields of the wrong type, out of range, or asking for a feature this server
-does not have (``n > 1``, ``logprobs``, ``tools``) are a 400 that names the
+does not have (``n > 1``, ``tools``) are a 400 that names the
 field. ``top_k``, ``min_p``, ``repeat_penalty`` and ``grammar`` (GBNF) are
-accepted as extensions, by llama.cpp's ``llama-server`` names.
+accepted as extensions, by llama.cpp's ``llama-server`` names; ``response_format``
+(JSON object or schema) becomes a grammar (see `_structured`).
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from typing import Any, Literal
 from .._errors import ConfigError
 from .._sampling import Sampling
 from ._errors import ApiError, bad_request
+from ._logprobs import chat_logprobs_option, completion_logprobs_option
+from ._structured import response_format_grammar
 
 __all__ = ["Job", "parse_chat", "parse_completion"]
 
@@ -69,7 +72,8 @@ def parse_completion(body: object, n_vocab: int) -> Job:
         raise _unsupported("best_of", f"best_of={best_of}")
     prompt = _prompt(body.get("prompt"), n_vocab)
     max_tokens = _max_tokens(body, ("max_tokens",), COMPLETION_MAX_TOKENS)
-    return Job("completion", *_stream(body), max_tokens=max_tokens, prompt=prompt, options=_options(body))
+    options = _options(body) | {"logprobs": completion_logprobs_option(body)}
+    return Job("completion", *_stream(body), max_tokens=max_tokens, prompt=prompt, options=options)
 
 
 def parse_chat(body: object) -> Job:
@@ -80,16 +84,12 @@ def parse_chat(body: object) -> Job:
     """
     body = _object(body)
     _refuse_unsupported(body)
-    if _get(body, "top_logprobs", int, default=None) is not None:
-        raise _unsupported("top_logprobs", "top_logprobs")
     if _get(body, "tools", list, default=None):
         raise _unsupported("tools", "tools (function calling)")
-    fmt = _get(body, "response_format", dict, default=None)
-    if fmt is not None and fmt.get("type", "text") != "text":
-        raise _unsupported("response_format", f"response_format {fmt.get('type')!r} (use the grammar field)")
     messages = _messages(body.get("messages"))
     max_tokens = _max_tokens(body, ("max_completion_tokens", "max_tokens"), None)
-    return Job("chat", *_stream(body), max_tokens=max_tokens, messages=messages, options=_options(body))
+    options = _options(body) | {"logprobs": chat_logprobs_option(body)}
+    return Job("chat", *_stream(body), max_tokens=max_tokens, messages=messages, options=options)
 
 
 # -- fields -------------------------------------------------------------------------------
@@ -104,9 +104,6 @@ def _refuse_unsupported(body: dict[str, Any]) -> None:
     n = _get(body, "n", int, default=1)
     if n != 1:
         raise _unsupported("n", f"n={n} (one choice per request; send several requests)")
-    logprobs = body.get("logprobs")
-    if logprobs not in (None, False, 0):
-        raise _unsupported("logprobs", "logprobs")
     if _get(body, "logit_bias", dict, default=None):
         raise _unsupported("logit_bias", "logit_bias")
     _get(body, "model", str, default=None)
@@ -178,7 +175,7 @@ def _options(body: dict[str, Any]) -> dict[str, Any]:
         value = _get(body, name, int, default=None)
         if value is not None:
             options[option] = value
-    grammar = _get(body, "grammar", str, default=None)
+    grammar = response_format_grammar(body) or _get(body, "grammar", str, default=None)
     if grammar is not None:
         options["grammar"] = grammar
     _check_sampling(options)

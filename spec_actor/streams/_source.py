@@ -65,9 +65,14 @@ class StreamSource(RequestQueue):
                 ``Done(stats, reason="stop")``. Text that may begin a stop
                 string is held back until it cannot.
             add_special, parse_special (bool): how a text prompt is tokenized.
+            logprobs (int | None): each `Token` carries the target model's
+                log-probability and this many (0 to 20) most likely
+                alternatives at its position; None (default) for none.
             sampling (Sampling), or sampler options: temp, top_k, top_p,
                 min_p, seed, penalty_last_n, repeat_penalty,
-                frequency_penalty, presence_penalty, grammar, grammar_root.
+                frequency_penalty, presence_penalty, grammar, grammar_root;
+                or json_schema (a dict) instead of grammar: the output is
+                JSON that the schema allows.
 
         The prompt is a string or a sequence of token ids. Nothing is queued
         until the stream is entered or iterated.
