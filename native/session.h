@@ -41,6 +41,7 @@ struct sa_session {
     std::atomic<bool> forget{false};
     std::atomic<int64_t> memory_tokens{0}, memory_bytes{0};
     std::atomic<int32_t> n_logprobs{-1};  // sa_session_set_logprobs: for the runs that follow
+    std::string grammar_prefill;  // sa_session_set_grammar_prefill: set between runs, by the running thread
 
     sa_session() = default;
     sa_session(const sa_session &) = delete;

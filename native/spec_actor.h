@@ -316,6 +316,28 @@ sa_status sa_json_schema_to_grammar(const char * schema, char * buf, int32_t cap
  * [logprob:float, [[token_id:int, logprob:float], ...]], most likely first).
  * Call it between runs. */
 sa_status sa_session_set_logprobs(sa_session * session, int32_t n_top);
+/* A chat rendered with the model's own Jinja template by llama.cpp's
+ * common_chat_templates_apply, as llama-server renders it. request: JSON
+ * {"messages": [OpenAI messages], "tools": [OpenAI tools], "tool_choice":
+ * "auto"|"none"|"required", "parallel_tool_calls": bool,
+ * "add_generation_prompt": bool, "template": Jinja text overriding the
+ * GGUF's}. Result: JSON {"prompt", "grammar",
+ * "grammar_lazy", "format", "format_name", "generation_prompt", "parser",
+ * "additional_stops"}. SA_ERR_INVALID_ARG says what is malformed;
+ * SA_ERR_BUFFER with *n_out = needed length if cap is too small. */
+sa_status sa_chat_jinja_apply(const sa_model * model, const char * request, char * buf, int32_t cap,
+                              int32_t * n_out);
+/* Generated text parsed back with common_chat_parse. chat: JSON with the
+ * "format", "generation_prompt" and "parser" of sa_chat_jinja_apply's result.
+ * Result: JSON {"content", "reasoning_content", "tool_calls": [{"name",
+ * "arguments", "id"}]}; is_partial for text that may continue. */
+sa_status sa_chat_jinja_parse(const char * text, int32_t is_partial, const char * chat, char * buf, int32_t cap,
+                              int32_t * n_out);
+/* The grammar of the runs that follow is a tool-call grammar that has already
+ * read text (sa_chat_jinja_apply's "generation_prompt", which its grammar
+ * starts with and the prompt already ends with); NULL or "": a plain grammar.
+ * Call it between runs. */
+sa_status sa_session_set_grammar_prefill(sa_session * session, const char * text);
 /* CDEF-END */
 
 #ifdef __cplusplus

@@ -44,6 +44,10 @@ class Sampling:
         presence_penalty: Presence penalty (0.0 turns it off).
         grammar: GBNF grammar text that constrains the output, or None.
         grammar_root: The grammar's start rule.
+        grammar_prefill: Text the grammar has already read when generation
+            starts: the generation prompt that a chat format's tool-call
+            grammar starts with and the prompt already ends with (see
+            `spec_actor._tools`); "" for none.
 
     `from_options` (the public API's sampler options) also takes
     ``json_schema``: a JSON schema (a dict) that becomes the grammar,
@@ -67,6 +71,7 @@ class Sampling:
     presence_penalty: float = 0.0
     grammar: str | None = None
     grammar_root: str = "root"
+    grammar_prefill: str = ""
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
@@ -91,6 +96,8 @@ class Sampling:
             )
         if self.grammar is not None:
             check_grammar(self.grammar)
+        if not isinstance(self.grammar_prefill, str) or "\0" in self.grammar_prefill:
+            raise ConfigError(f"grammar_prefill={self.grammar_prefill!r} is invalid: expected text without NUL")
         if not isinstance(self.grammar_root, str) or not _ROOT_RE.fullmatch(self.grammar_root):
             raise ConfigError(
                 f"grammar_root={self.grammar_root!r} is invalid: expected a rule name of letters, "
@@ -125,7 +132,7 @@ class Sampling:
             "seed": self.seed, "penalty_last_n": self.penalty_last_n, "penalty_repeat": self.repeat_penalty,
             "penalty_freq": self.frequency_penalty, "penalty_present": self.presence_penalty,
             "grammar": self.grammar, "grammar_root": self.grammar_root,
-        }  # fmt: skip
+        }  # fmt: skip  (grammar_prefill is set on the session: sa_session_set_grammar_prefill)
 
 
 _OPTION_NAMES_ORDERED = (*(f.name for f in dataclasses.fields(Sampling)), "json_schema")

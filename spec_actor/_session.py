@@ -181,6 +181,7 @@ class Session:
         check_logprobs(logprobs)
         tokens = self.tokenize(prompt, add_special=add_special, parse_special=parse_special)
         _ns.set_logprobs(self._live(), logprobs)
+        _ns.set_grammar_prefill(self._live(), sampling.grammar_prefill if sampling.grammar else "")
         if clear_cancel:
             self.clear_cancel()
         collector = _Collector(self._decoder, on_events)

@@ -95,6 +95,11 @@ def set_logprobs(handle: SessionHandle, n_top: int | None) -> None:
     check(lib.sa_session_set_logprobs(handle, -1 if n_top is None else n_top), "logprobs")
 
 
+def set_grammar_prefill(handle: SessionHandle, text: str) -> None:
+    """The grammar of the following runs has already read ``text`` ("" for none)."""
+    check(lib.sa_session_set_grammar_prefill(handle, text.encode("utf-8")), "grammar prefill")
+
+
 def cancel(handle: SessionHandle) -> None:
     """Ask the running loop to stop (any thread, lock-free)."""
     lib.sa_session_cancel(handle)

@@ -16,6 +16,7 @@ import trio
 from .._errors import SpecActorError
 from .._events import Done, Eog, Error, Token
 from .._stats import StatsSnapshot
+from .._tools import RenderedChat, chat_prompt, parse_reply
 from ..streams import EventStream
 from ._errors import ApiError, api_error_for, shutting_down
 from ._http import Exchange
@@ -24,6 +25,7 @@ from ._responses import Reply
 from ._logprobs import LogprobsShaper
 from ._state import Cancellation, ServerState
 from ._timings import speculation_fields
+from ._tools import tool_calls_json
 
 
 __all__ = ["answer"]
@@ -50,6 +52,8 @@ class _Answer:
         self.state = state
         self.reply = Reply(job.kind, state.model_name)
         self.arrived_at = trio.current_time()
+        self.rendered: RenderedChat | None = None
+        """A chat rendered by its Jinja template: how to parse its reply (tool calls)."""
         self.events = self._open()
         self.text: list[str] = []
         self.tokens = 0
@@ -69,7 +73,12 @@ class _Answer:
         max_tokens = job.max_tokens or pool.actors[0].n_ctx  # the context's end stops it first
         try:
             if job.kind == "chat":
-                return pool.chat_events(job.messages, max_tokens=max_tokens, **job.options)
+                options = dict(job.options)
+                tools = {k: options.pop(k) for k in ("tools", "tool_choice", "parallel_tool_calls") if k in options}
+                prompt, options, self.rendered = chat_prompt(pool.model, job.messages, options,
+                                                             template=self.state.chat_template,
+                                                             jinja=self.state.chat_template is not None, **tools)
+                return pool.stream_events(prompt, max_tokens=max_tokens, **options)
             return pool.stream_events(job.prompt, max_tokens=max_tokens, **job.options)
         except SpecActorError as exc:
             raise api_error_for(exc) from None
@@ -138,10 +147,10 @@ class _Answer:
             self.logprob_tokens.append(ev)
         if not ev.text:
             return
-        if self.job.stream:
+        if self.job.stream and not self._parses_calls():
             await self.exchange.send_event(self._with_logprobs(self.reply.piece(ev.text)))
         else:
-            self.text.append(ev.text)
+            self.text.append(ev.text)  # (streamed replies that may hold calls are parsed when whole)
 
     async def _open_stream(self) -> None:
         await self.exchange.start_events()
@@ -149,17 +158,34 @@ class _Answer:
         if opening is not None:
             await self.exchange.send_event(opening)
 
+    def _parses_calls(self) -> bool:
+        return self.rendered is not None and self.rendered.tools
+
     async def _respond(self) -> None:
         reason = self.finish_reason or "stop"
         prompt_tokens = self.prompt_tokens or self.events.stats().prompt_tokens
+        reply = parse_reply("".join(self.text), self.rendered) if self._parses_calls() else None
+        if reply is not None and reply.tool_calls:
+            reason = "tool_calls"
         self.state.metrics.finished(reason)
         speculation = speculation_fields(self.final_stats or self.events.stats(), self.tokens)
         if not self.job.stream:
-            whole = self.reply.whole("".join(self.text), reason, prompt_tokens, self.tokens)
+            whole = self.reply.whole(reply.content if reply else "".join(self.text), reason, prompt_tokens,
+                                     self.tokens)
+            if reply is not None and reply.tool_calls:
+                whole["choices"][0]["message"] |= {"content": reply.content or None,
+                                                   "tool_calls": tool_calls_json(reply, streamed=False)}
             await self.exchange.send_json(200, self._with_logprobs(whole) | speculation)
             return
         if not self.exchange.started:  # not a single token (an immediate end of generation)
             await self._open_stream()
+        if reply is not None:  # the parsed reply: its text, then its calls
+            if reply.content:
+                await self.exchange.send_event(self._with_logprobs(self.reply.piece(reply.content)))
+            for call in tool_calls_json(reply, streamed=True):
+                chunk = self.reply.piece("")
+                chunk["choices"][0]["delta"] = {"tool_calls": [call]}
+                await self.exchange.send_event(chunk)
         await self.exchange.send_event(self.reply.closing(reason) | speculation)
         if self.job.include_usage:
             await self.exchange.send_event(self.reply.usage_chunk(prompt_tokens, self.tokens) | speculation)

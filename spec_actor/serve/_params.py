@@ -3,7 +3,7 @@
 Fields follow OpenAI's API as its clients send them. Fields this server does
 not know are ignored, as other OpenAI-compatible servers ignore them; known
 fields of the wrong type, out of range, or asking for a feature this server
-does not have (``n > 1``, ``tools``) are a 400 that names the
+does not have (``n > 1``, ``logit_bias``) are a 400 that names the
 field. ``top_k``, ``min_p``, ``repeat_penalty`` and ``grammar`` (GBNF) are
 accepted as extensions, by llama.cpp's ``llama-server`` names; ``response_format``
 (JSON object or schema) becomes a grammar (see `_structured`).
@@ -20,6 +20,7 @@ from .._sampling import Sampling
 from ._errors import ApiError, bad_request
 from ._logprobs import chat_logprobs_option, completion_logprobs_option
 from ._structured import response_format_grammar
+from ._tools import message_fields, tool_options
 
 __all__ = ["Job", "parse_chat", "parse_completion"]
 
@@ -49,8 +50,8 @@ class Job:
     """Most tokens to generate; None: until the end of the turn or of the context."""
     prompt: str | list[int] | None = None
     """The prompt of a completion: text or token ids."""
-    messages: list[dict[str, str]] = field(default_factory=list)
-    """The conversation of a chat, each ``{"role", "content"}`` with text content."""
+    messages: list[dict[str, Any]] = field(default_factory=list)
+    """The conversation of a chat, each ``{"role", "content"}`` with text content (and tool fields)."""
     options: dict[str, Any] = field(default_factory=dict)
     """Request options of ``stream_events`` (stop strings, sampler options), max_tokens aside."""
 
@@ -84,11 +85,9 @@ def parse_chat(body: object) -> Job:
     """
     body = _object(body)
     _refuse_unsupported(body)
-    if _get(body, "tools", list, default=None):
-        raise _unsupported("tools", "tools (function calling)")
     messages = _messages(body.get("messages"))
     max_tokens = _max_tokens(body, ("max_completion_tokens", "max_tokens"), None)
-    options = _options(body) | {"logprobs": chat_logprobs_option(body)}
+    options = _options(body) | {"logprobs": chat_logprobs_option(body)} | tool_options(body)
     return Job("chat", *_stream(body), max_tokens=max_tokens, messages=messages, options=options)
 
 
@@ -233,7 +232,8 @@ def _messages(messages: object) -> list[dict[str, str]]:
         role = message.get("role")
         if not isinstance(role, str) or not role:
             raise bad_request(f"{where}.role must be a non-empty string", param=f"{where}.role")
-        out.append({"role": role, "content": _content(message.get("content"), f"{where}.content")})
+        out.append({"role": role, "content": _content(message.get("content"), f"{where}.content")}
+                   | message_fields(message, where))
     return out
 
 

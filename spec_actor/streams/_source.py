@@ -7,6 +7,7 @@ from typing import Any, Protocol
 
 from .._chat import Message
 from .._model import Model
+from .._tools import chat_prompt, parse_reply
 from .._options import RequestOptions
 from .._request import Request
 from ._event_stream import EventStream
@@ -110,8 +111,8 @@ class StreamSource(RequestQueue):
         async with self.stream(prompt, **options) as text:
             return "".join([piece async for piece in text])
 
-    def chat_events(self, messages: Sequence[Message], *, template: str | None = None,
-                    **options: Any) -> EventStream:
+    def chat_events(self, messages: Sequence[Message], *, template: str | None = None, tools: Any = None,
+                    tool_choice: Any = None, parallel_tool_calls: bool = False, **options: Any) -> EventStream:
         """Return the event stream of a new chat request: the reply to ``messages``.
 
         ``messages`` is a list of ``{"role": ..., "content": ...}`` dicts,
@@ -122,6 +123,14 @@ class StreamSource(RequestQueue):
         (``parse_special=True``) unless the options say otherwise. The reply
         ends at the model's end-of-turn token (an ``Eog`` event).
 
+        A GGUF with its own template is rendered by it through llama.cpp's
+        Jinja engine, as llama-server renders it; so is any request with
+        ``tools`` (OpenAI function tools; ``template`` is then Jinja text).
+        ``tool_choice`` ("auto", "none", "required" or a named function)
+        "required" and a named function constrain the reply to a call;
+        ``messages`` may hold ``tool`` results and assistant ``tool_calls``
+        (see `spec_actor._tools`). `chat` parses the calls back.
+
         Raises:
             ConfigError: the model has no chat template and none was given, or
                 llama.cpp does not support the template; or an option is bad.
@@ -129,8 +138,8 @@ class StreamSource(RequestQueue):
                 fit the context.
             ActorClosedError: the actor (or pool) is closed.
         """
-        prompt = self.model.apply_chat_template(messages, template=template)
-        options.setdefault("parse_special", True)
+        prompt, options, _ = chat_prompt(self.model, messages, options, template=template, tools=tools,
+                                         tool_choice=tool_choice, parallel_tool_calls=parallel_tool_calls)
         return self.stream_events(prompt, **options)
 
     def chat_stream(self, messages: Sequence[Message], *, template: str | None = None,
@@ -138,10 +147,16 @@ class StreamSource(RequestQueue):
         """Return the text stream of a chat request (see `chat_events`)."""
         return TextStream(self.chat_events(messages, template=template, **options))
 
-    async def chat(self, messages: Sequence[Message], *, template: str | None = None, **options: Any) -> str:
+    async def chat(self, messages: Sequence[Message], *, template: str | None = None, tools: Any = None,
+                   tool_choice: Any = None, parallel_tool_calls: bool = False, **options: Any) -> Any:
         """Generate and return the whole reply to ``messages`` (see `chat_events`).
 
-        Raises and cancels as `generate` does.
+        Returns the text; with ``tools``, a `ChatReply` whose ``tool_calls``
+        are the parsed calls (text the format's parser rejects stays its
+        ``content``). Raises and cancels as `generate` does.
         """
-        async with self.chat_stream(messages, template=template, **options) as text:
-            return "".join([piece async for piece in text])
+        prompt, options, rendered = chat_prompt(self.model, messages, options, template=template, tools=tools,
+                                                tool_choice=tool_choice, parallel_tool_calls=parallel_tool_calls)
+        async with self.stream(prompt, **options) as stream:
+            text = "".join([piece async for piece in stream])
+        return text if tools is None or rendered is None else parse_reply(text, rendered)
