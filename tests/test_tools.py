@@ -25,11 +25,13 @@ import jinja2.ext
 import jsonschema
 import openai
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 from serve_helpers import http, openai_client, serving
 
 import spec_actor
-from spec_actor._tools import render_jinja
+from spec_actor._tools import parse_reply, render_jinja
 from spec_actor.testing import tiny_models
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "native"))
@@ -227,3 +229,28 @@ async def test_call_text_the_parser_rejects_stays_the_content(gemma):
             temperature=0)
     message = reply.choices[0].message
     assert message.tool_calls is None and message.content and reply.choices[0].finish_reason == "length"
+
+
+FUZZ_TEXT = settings(max_examples=150, deadline=None,
+                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+
+PIECES = ["<tool_call>", "</tool_call>", "[TOOL_CALLS]", '{"name": "add", "arguments": ', '{"a": 1, "b": 2}',
+          '"parameters": ', "{", "}", "[", "]", '"', ",", ":", "\n", "get_weather", "<|eot_id|>", "é", "\\", " "]
+
+
+@pytest.fixture(scope="module")
+def renders(family_models) -> dict[str, object]:
+    messages = [{"role": "user", "content": "Weather in Paris?"}]
+    return {family: render_jinja(family_models[family].handle, messages, tools=TOOLS)
+            for family in ("qwen2.5", "llama3", "mistral")}
+
+
+@FUZZ_TEXT
+@given(text=st.lists(st.one_of(st.sampled_from(PIECES), st.text(max_size=3)), max_size=12).map("".join),
+       partial=st.booleans())
+def test_parser_survives_any_reply_text(renders, text, partial):
+    for rendered in renders.values():
+        reply = parse_reply(text, rendered, partial=partial)
+        assert isinstance(reply.content, str) and reply.raw == text
+        for call in reply.tool_calls:
+            assert call.name and isinstance(call.arguments, str)
