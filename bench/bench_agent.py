@@ -96,6 +96,9 @@ async def agent_loop(model: spec_actor.Model, mode: str, turns: int, template: s
                          "prompt_tokens": stats.prompt_tokens, "decode_tok_s": stats.tokens_emitted / decode_s,
                          "calls": len(reply.tool_calls),
                          "drafters": {d.name: round(d.share, 3) for d in stats.drafters if d.name != "none"}})
+            row = rows[-1]
+            print(f"{mode} turn {turn}: {row['seconds']:.2f} s, {row['prompt_tokens']} prompt + {row['tokens']} tokens, "
+                  f"{row['decode_tok_s']:.1f} tok/s decode, {row['calls']} call(s), {row['drafters']}", file=sys.stderr)
             calls = reply.tool_calls or (spec_actor.ToolCall("get_weather", '{"city": "Lisbon"}'),)
             call = calls[0]
             call_id = f"call{turn:06d}"
