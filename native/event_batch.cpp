@@ -1,16 +1,19 @@
 #include "event_batch.h"
+#include "logprobs.h"
 #include "stats.h"
 
 #include "common.h"
 
 namespace sa {
 
-void EventBatch::token(llama_token id) {
+void EventBatch::token(llama_token id, llama_context * ctx, int32_t idx, int32_t n_top) {
     const std::string piece = common_token_to_piece(vocab_, id, false);
-    body_.array(3);
+    const bool logprobs = ctx != nullptr && n_top >= 0;
+    body_.array(logprobs ? 4 : 3);
     body_.integer(SA_EV_TOKEN);
     body_.integer(id);
     body_.bin(piece.data(), piece.size());
+    if (logprobs) write_logprobs(body_, ctx, idx, id, n_top);
     ++n_events_;
 }
 

@@ -15,8 +15,10 @@ class EventBatch {
 public:
     EventBatch(const llama_vocab * vocab, sa_event_cb cb, void * user) : vocab_(vocab), cb_(cb), user_(user) {}
 
-    // [SA_EV_TOKEN, id, piece]: the raw bytes of the token's text.
-    void token(llama_token id);
+    // [SA_EV_TOKEN, id, piece]: the raw bytes of the token's text; with
+    // n_top >= 0, a fourth field with the target's log-probabilities at output
+    // idx of ctx's last decode (see logprobs.h).
+    void token(llama_token id, llama_context * ctx = nullptr, int32_t idx = 0, int32_t n_top = -1);
     // [kind, stats] for Stats and Done; [SA_EV_EOG, stats, eog_id] for Eog.
     void stats(int kind, const sa_stats & snapshot, llama_token eog_id = -1);
     // [SA_EV_ERROR, code, message].

@@ -73,6 +73,7 @@ private:
     llama_pos last_pos_ = -1;  // the last position the target decoded
     bool cut_ = false;         // a decode was cancelled midway: a recurrent state is not trusted
     bool errored_ = false;     // an Error event ended the run
+    const int32_t n_logprobs_ = s_.n_logprobs.load();  // -1: none; else top alternatives per token
 
     bool cancelled() const { return s_.cancelled(); }
 
@@ -258,8 +259,8 @@ std::optional<sa_status> Run::roll_back(llama_tokens && ids, common_sampler_ptr 
 }
 
 int Run::emit(const llama_tokens & ids, llama_token * eog_id) {
-    for (size_t i = 0; i < ids.size(); ++i) {
-        const llama_token id = ids[i];
+    for (size_t k = 0; k < ids.size(); ++k) {  // ids[k] was sampled from output k of the verify batch
+        const llama_token id = ids[k];
         prompt_tgt_.push_back(id_last_);
         id_last_ = id;
         int terminal = -1;
@@ -267,15 +268,15 @@ int Run::emit(const llama_tokens & ids, llama_token * eog_id) {
             *eog_id = id;
             terminal = SA_EV_EOG;
         } else {
-            events_.token(id);
+            events_.token(id, s_.ctx_tgt, (int32_t) k, n_logprobs_);
             ++n_emitted_;
             s_.stats.add(&Counters::tokens_emitted, (uint64_t) 1);
             if (n_emitted_ == 1) s_.stats.set_ttft(ggml_time_us() - t_start_);
             if (n_emitted_ >= p_.max_tokens) terminal = SA_EV_DONE;
         }
         if (terminal >= 0) {
-            // ids[i..] past this token were decoded too, all but the last (the target's own sample)
-            tail_.assign(ids.begin() + (std::ptrdiff_t) i, ids.end() - 1);
+            // ids[k..] past this token were decoded too, all but the last (the target's own sample)
+            tail_.assign(ids.begin() + (std::ptrdiff_t) k, ids.end() - 1);
             return terminal;
         }
     }

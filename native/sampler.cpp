@@ -4,7 +4,8 @@
 
 namespace sa {
 
-common_sampler * make_sampler(const sa_model & m, const sa_sampling_params & sp, sa_status * st) {
+common_sampler * make_sampler(const sa_model & m, const sa_sampling_params & sp, sa_status * st,
+                              const std::string & prefill) {
     common_params_sampling p;
     p.temp = sp.temp;
     p.top_k = sp.top_k;
@@ -22,7 +23,8 @@ common_sampler * make_sampler(const sa_model & m, const sa_sampling_params & sp,
         std::string text = sp.grammar;
         const std::string root = sp.grammar_root && sp.grammar_root[0] ? sp.grammar_root : "root";
         if (root != "root") text = "root ::= " + root + "\n" + text;  // common_sampler always starts at "root"
-        p.grammar = common_grammar(COMMON_GRAMMAR_TYPE_USER, text);
+        p.grammar = common_grammar(prefill.empty() ? COMMON_GRAMMAR_TYPE_USER : COMMON_GRAMMAR_TYPE_TOOL_CALLS, text);
+        p.generation_prompt = prefill;
     }
     const sa_status bad = has_grammar ? SA_ERR_GRAMMAR : SA_ERR_INVALID_ARG;
     try {

@@ -6,10 +6,15 @@
 
 #include "sampling.h"
 
+#include <string>
+
 namespace sa {
 
 // A new sampler, or null with *st set to a failed status (a grammar that does
-// not parse gives SA_ERR_GRAMMAR) and the message recorded.
-common_sampler * make_sampler(const sa_model & m, const sa_sampling_params & sp, sa_status * st);
+// not parse gives SA_ERR_GRAMMAR) and the message recorded. A non-empty
+// prefill makes the grammar a tool-call grammar that has already read that
+// text (the chat's generation prompt, as llama-server primes it).
+common_sampler * make_sampler(const sa_model & m, const sa_sampling_params & sp, sa_status * st,
+                              const std::string & prefill = "");
 
 }  // namespace sa

@@ -56,6 +56,8 @@ struct sa_session {
     std::atomic<int64_t> memory_tokens{0}, memory_bytes{0};
     sa::PrefixCache prefix;  // the prompt prefix kept between runs
     std::atomic<int32_t> fail_decode_at{0};  // testing: the next run's n-th target decode ends it with an Error
+    std::atomic<int32_t> n_logprobs{-1};  // sa_session_set_logprobs: for the runs that follow
+    std::string grammar_prefill;  // sa_session_set_grammar_prefill: set between runs, by the running thread
 
     sa_session() = default;
     sa_session(const sa_session &) = delete;

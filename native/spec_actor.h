@@ -23,6 +23,10 @@
  *    [0, token_id:int, piece:bin]        SA_EV_TOKEN  one accepted token; piece is
  *                                        the raw bytes of its text (may be a
  *                                        partial UTF-8 sequence)
+ *    [0, token_id:int, piece:bin, logprobs:array]
+ *                                        the same with the target's log-
+ *                                        probabilities, when asked for with
+ *                                        sa_session_set_logprobs
  *    [1, stats:map]                      SA_EV_STATS  a stats snapshot (below)
  *    [2, stats:map]                      SA_EV_DONE   max_tokens reached (terminal)
  *    [3, stats:map, eog_token_id:int]    SA_EV_EOG    end-of-generation token (terminal;
@@ -360,6 +364,40 @@ sa_status sa_testing_threads_in_use(const sa_session * session, int32_t * n_thre
  * 0 cancels) succeeds in llama.cpp and then ends its run with an Error
  * event, as a failed decode would, after the memory changed. */
 sa_status sa_testing_fail_decode(sa_session * session, int32_t n);
+
+/* Structured output, logprobs and Jinja chat (not testing probes). */
+/* JSON schema -> GBNF by llama.cpp's converter (common/json-schema-to-grammar).
+ * SA_ERR_GRAMMAR names the part it cannot convert; SA_ERR_BUFFER with
+ * *n_out = needed length (without NUL) if cap is too small. */
+sa_status sa_json_schema_to_grammar(const char * schema, char * buf, int32_t cap, int32_t * n_out);
+/* Token events of the runs that follow carry the target's log-probabilities:
+ * n_top < 0 none (the default), else the token's and the n_top (at most 20)
+ * most likely tokens' at its position (a 4th field of the token event:
+ * [logprob:float, [[token_id:int, logprob:float], ...]], most likely first).
+ * Call it between runs. */
+sa_status sa_session_set_logprobs(sa_session * session, int32_t n_top);
+/* A chat rendered with the model's own Jinja template by llama.cpp's
+ * common_chat_templates_apply, as llama-server renders it. request: JSON
+ * {"messages": [OpenAI messages], "tools": [OpenAI tools], "tool_choice":
+ * "auto"|"none"|"required", "parallel_tool_calls": bool,
+ * "add_generation_prompt": bool, "template": Jinja text overriding the
+ * GGUF's}. Result: JSON {"prompt", "grammar",
+ * "grammar_lazy", "format", "format_name", "generation_prompt", "parser",
+ * "additional_stops"}. SA_ERR_INVALID_ARG says what is malformed;
+ * SA_ERR_BUFFER with *n_out = needed length if cap is too small. */
+sa_status sa_chat_jinja_apply(const sa_model * model, const char * request, char * buf, int32_t cap,
+                              int32_t * n_out);
+/* Generated text parsed back with common_chat_parse. chat: JSON with the
+ * "format", "generation_prompt" and "parser" of sa_chat_jinja_apply's result.
+ * Result: JSON {"content", "reasoning_content", "tool_calls": [{"name",
+ * "arguments", "id"}]}; is_partial for text that may continue. */
+sa_status sa_chat_jinja_parse(const char * text, int32_t is_partial, const char * chat, char * buf, int32_t cap,
+                              int32_t * n_out);
+/* The grammar of the runs that follow is a tool-call grammar that has already
+ * read text (sa_chat_jinja_apply's "generation_prompt", which its grammar
+ * starts with and the prompt already ends with); NULL or "": a plain grammar.
+ * Call it between runs. */
+sa_status sa_session_set_grammar_prefill(sa_session * session, const char * text);
 /* CDEF-END */
 
 #ifdef __cplusplus

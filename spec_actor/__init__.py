@@ -30,6 +30,7 @@ from ._sampling import Sampling
 from ._session import DEFAULT_MEMORY, DEFAULT_PREFIX_CHECKPOINT_BYTES, PrefixCacheUsage, RunResult, Session
 from ._spec import SPEC_TYPES, Spec
 from ._stats import DrafterStats, StatsSnapshot, Timings
+from ._tools import ChatReply, ToolCall
 from .streams import EventStream, TextStream
 from .nif.model import set_log_level, system_info
 
@@ -41,6 +42,7 @@ __all__ = [
     "SPEC_TYPES",
     "ActorClosedError",
     "ActorPool",
+    "ChatReply",
     "ConfigError",
     "ContextError",
     "DecodeError",
@@ -73,6 +75,7 @@ __all__ = [
     "TextStream",
     "Timings",
     "Token",
+    "ToolCall",
     "WrongContextError",
     "default_model_path",
     "load_model",

@@ -283,7 +283,8 @@ class GenerationActor(StreamSource):
 
         opts = req.options
         return self._session.run(req.tokens, max_tokens=opts.max_tokens, emit_stats_every=opts.emit_stats_every,
-                                 sampling=opts.sampling, on_events=on_events, clear_cancel=False)
+                                 sampling=opts.sampling, on_events=on_events, clear_cancel=False,
+                                 logprobs=opts.logprobs)
 
     # -- closing ------------------------------------------------------------------------
 

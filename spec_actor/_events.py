@@ -45,6 +45,13 @@ class Token:
     """The token id."""
     text: str
     """Valid UTF-8 text; empty while a multi-byte character is incomplete."""
+    logprob: float | None = None
+    """The target model's log-probability of this token at its position (its
+    raw logits' log-softmax, before sampler filters or a grammar), when the
+    request asked for ``logprobs``; else None."""
+    top_logprobs: tuple[tuple[int, float], ...] = ()
+    """With ``logprobs=n``: the n most likely (token id, log-probability) at
+    this position, most likely first."""
 
 
 @final
@@ -123,6 +130,10 @@ class RawToken(NamedTuple):
     """The token id."""
     piece: bytes
     """The raw bytes of the token's text (may be a partial UTF-8 sequence)."""
+    logprob: float | None = None
+    """The target's log-probability of the token, when the run reports them."""
+    top_logprobs: tuple[tuple[int, float], ...] = ()
+    """The most likely (token id, log-probability) at its position, when asked for."""
 
 
 RawEvent = Union[RawToken, Stats, Done, Eog, Error]
@@ -171,6 +182,12 @@ class BatchDecoder:
                 if kind == SA_EV_TOKEN and type(kind) is int and type(token_id) is int and type(piece) is bytes:
                     out.append(RawToken(token_id, piece))
                     continue
+            elif type(ev) is list and len(ev) == 4 and ev[0] == SA_EV_TOKEN:
+                try:
+                    out.append(_token_with_logprobs(ev))
+                except EventDecodeError as exc:
+                    raise EventDecodeError(f"event batch: event {index}: {exc.message}") from None
+                continue
             try:
                 event = _decode_other(ev)
             except EventDecodeError as exc:
@@ -180,6 +197,21 @@ class BatchDecoder:
                 raise EventDecodeError(f"event batch: event {index + 1} follows the terminal {name} event")
             out.append(event)
         return out
+
+
+def _token_with_logprobs(ev: list) -> RawToken:
+    """``[0, token_id, piece, [logprob, [[id, logprob], ...]]]``, checked."""
+    _, token_id, piece, logprobs = ev
+    ok = type(token_id) is int and type(piece) is bytes and type(logprobs) is list and len(logprobs) == 2
+    if ok:
+        logprob, top = logprobs
+        ok = type(logprob) is float and type(top) is list and all(
+            type(t) is list and len(t) == 2 and type(t[0]) is int and type(t[1]) is float for t in top)
+    if not ok:
+        found = "[" + ", ".join(_describe(x) for x in ev) + "]"
+        raise EventDecodeError(f"token event: expected [{SA_EV_TOKEN}, token_id:int, piece:bin, "
+                               f"[logprob:float, [[token_id:int, logprob:float], ...]]], found {found}")
+    return RawToken(token_id, piece, logprob, tuple((t, p) for t, p in top))
 
 
 def _decode_other(ev: object) -> RawEvent:

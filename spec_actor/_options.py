@@ -8,7 +8,7 @@ from typing import Any, final
 
 from ._errors import ConfigError
 from ._sampling import Sampling
-from ._validate import check_int
+from ._validate import check_int, check_logprobs
 
 __all__ = ["RequestOptions"]
 
@@ -38,12 +38,14 @@ class RequestOptions:
     """Parse special-token text (``<start_of_turn>``) in a text prompt."""
     sampling: Sampling = Sampling()
     """How the next token is chosen."""
+    logprobs: int | None = None
+    """Tokens carry the target's log-probability and this many alternatives (0 to 20); None: none."""
 
     @classmethod
     def from_kwargs(cls, *, max_tokens: int = 256, emit_stats_every: int = 0, timeout: float | None = None,
                     deadline: float | None = None, stop: str | list[str] | tuple[str, ...] | None = None, add_special: bool = True,
                     parse_special: bool = False, sampling: Sampling | None = None,
-                    **sampling_options: Any) -> RequestOptions:
+                    logprobs: int | None = None, **sampling_options: Any) -> RequestOptions:
         """Validate the public request options.
 
         Raises:
@@ -73,7 +75,7 @@ class RequestOptions:
             raise ConfigError("pass either sampling=Sampling(...) or sampler options "
                               f"({', '.join(sorted(sampling_options))}), not both")
         return cls(max_tokens, emit_stats_every, timeout, deadline, _stop_strings(stop), add_special,
-                   parse_special, sampling)
+                   parse_special, sampling, check_logprobs(logprobs))
 
 
 def _stop_strings(stop: object) -> tuple[str, ...]:

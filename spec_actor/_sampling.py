@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any, final
 
 from ._errors import ConfigError
+from ._json_schema import schema_grammar
 from ._limits import GrammarLimits
 from ._validate import check_float, check_int
 from .nif.grammar import check_grammar
@@ -46,6 +47,14 @@ class Sampling:
         grammar_root: The grammar's start rule.
         grammar_limits: How large the grammar may be (`GrammarLimits`):
             nesting, rules, alternatives, repetition counts.
+        grammar_prefill: Text the grammar has already read when generation
+            starts: the generation prompt that a chat format's tool-call
+            grammar starts with and the prompt already ends with (see
+            `spec_actor._tools`); "" for none.
+
+    `from_options` (the public API's sampler options) also takes
+    ``json_schema``: a JSON schema (a dict) that becomes the grammar,
+    converted by llama.cpp's converter (see `spec_actor._json_schema`).
 
     Raises:
         ConfigError: A value is out of range; the message says what to change.
@@ -67,6 +76,7 @@ class Sampling:
     grammar: str | None = None
     grammar_root: str = "root"
     grammar_limits: GrammarLimits = GrammarLimits()
+    grammar_prefill: str = ""
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
@@ -93,6 +103,8 @@ class Sampling:
             raise ConfigError(f"grammar_limits={self.grammar_limits!r} is invalid: expected a spec_actor.GrammarLimits")
         if self.grammar is not None:
             check_grammar(self.grammar, self.grammar_limits.native())
+        if not isinstance(self.grammar_prefill, str) or "\0" in self.grammar_prefill:
+            raise ConfigError(f"grammar_prefill={self.grammar_prefill!r} is invalid: expected text without NUL")
         if not isinstance(self.grammar_root, str) or not _ROOT_RE.fullmatch(self.grammar_root):
             raise ConfigError(
                 f"grammar_root={self.grammar_root!r} is invalid: expected a rule name of letters, "
@@ -107,6 +119,8 @@ class Sampling:
             ConfigError: An option name is unknown (the message lists the
                 valid ones) or a value is out of range.
         """
+        if "json_schema" in opts:
+            opts["grammar"] = _schema_as_grammar(opts.pop("json_schema"), opts.get("grammar"))
         unknown = opts.keys() - _OPTION_NAMES
         if unknown:
             raise ConfigError(
@@ -125,8 +139,17 @@ class Sampling:
             "seed": self.seed, "penalty_last_n": self.penalty_last_n, "penalty_repeat": self.repeat_penalty,
             "penalty_freq": self.frequency_penalty, "penalty_present": self.presence_penalty,
             "grammar": self.grammar, "grammar_root": self.grammar_root,
-        }  # fmt: skip
+        }  # fmt: skip  (grammar_prefill is set on the session: sa_session_set_grammar_prefill)
 
 
-_OPTION_NAMES_ORDERED = tuple(f.name for f in dataclasses.fields(Sampling))
+_OPTION_NAMES_ORDERED = (*(f.name for f in dataclasses.fields(Sampling)), "json_schema")
 _OPTION_NAMES = frozenset(_OPTION_NAMES_ORDERED)
+
+
+def _schema_as_grammar(schema: Any, grammar: str | None) -> str | None:
+    """The grammar of a ``json_schema`` option (None: no schema); it excludes ``grammar``."""
+    if schema is None:
+        return grammar
+    if grammar is not None:
+        raise ConfigError("pass either grammar= or json_schema=, not both")
+    return schema_grammar(schema)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
@@ -15,6 +16,7 @@ from ._sampling import Sampling
 from ._spec import DEFAULT_SPEC, Spec
 from ._stats import StatsSnapshot
 from ._utf8 import Utf8Stream
+from ._validate import check_logprobs
 from .nif import model as _nm
 from .nif import session as _ns
 from .nif import testing as _nt
@@ -207,11 +209,14 @@ class Session:
 
     def run(self, prompt: str | Sequence[int], *, max_tokens: int = 256, emit_stats_every: int = 0,
             add_special: bool = True, parse_special: bool = False, sampling: Sampling | None = None,
-            on_events: EventSink | None = None, clear_cancel: bool = True, **sampling_options: Any) -> RunResult:
+            on_events: EventSink | None = None, clear_cancel: bool = True, logprobs: int | None = None,
+            **sampling_options: Any) -> RunResult:
         """Generate from prompt until max_tokens, end of generation or cancel.
 
         on_events receives each loop step's events (Token, Stats, and finally
-        Done, Eog or Error) and returns False to stop the run early. Raises
+        Done, Eog or Error) and returns False to stop the run early. With
+        ``logprobs=n`` (0 to 20) each Token carries the target's
+        log-probability and its n most likely alternatives. Raises
         SpecActorError subclasses for invalid input before anything runs.
         """
         if sampling is None:
@@ -221,7 +226,10 @@ class Session:
         for name, value in (("max_tokens", max_tokens), ("emit_stats_every", emit_stats_every)):
             if not isinstance(value, int) or isinstance(value, bool) or value < (1 if name == "max_tokens" else 0):
                 raise ConfigError(f"{name}={value!r} must be an integer >= {1 if name == 'max_tokens' else 0}")
+        check_logprobs(logprobs)
         tokens = self.tokenize(prompt, add_special=add_special, parse_special=parse_special)
+        _ns.set_logprobs(self._live(), logprobs)
+        _ns.set_grammar_prefill(self._live(), sampling.grammar_prefill if sampling.grammar else "")
         if clear_cancel:
             self.clear_cancel()
         collector = _Collector(self._decoder, on_events)
@@ -346,7 +354,7 @@ class _Collector:
                 text = self._utf8.push(raw.piece)
                 self.tokens.append(raw.id)
                 self.pieces.append(text)
-                events.append(Token(raw.id, text))
+                events.append(Token(raw.id, text, raw.logprob, raw.top_logprobs))
                 continue
             if isinstance(raw, TERMINAL):
                 self._flush_into(events)
@@ -364,7 +372,7 @@ class _Collector:
             return
         self.pieces.append(tail)
         if events and isinstance(events[-1], Token):
-            events[-1] = Token(events[-1].id, events[-1].text + tail)
+            events[-1] = dataclasses.replace(events[-1], text=events[-1].text + tail)
         else:
             events.append(Token(-1, tail))
 

@@ -26,6 +26,18 @@ def check_int(name: str, value: object, lo: int, hi: int = INT32_MAX, hint: str 
     return value
 
 
+MAX_TOP_LOGPROBS = 20
+"""Most alternatives a token's logprobs may list (OpenAI's top_logprobs limit)."""
+
+
+def check_logprobs(value: object) -> int | None:
+    """Return ``value`` if it is None (no logprobs) or an int from 0 to `MAX_TOP_LOGPROBS`."""
+    if value is None:
+        return None
+    return check_int("logprobs", value, 0, MAX_TOP_LOGPROBS,
+                     hint="the number of most likely alternatives per token, or None for no logprobs")
+
+
 def check_float(
     name: str,
     value: object,

@@ -50,8 +50,8 @@ HANG_S = 60.0
 class Worker:
     """The child that validates and runs grammars; restarted after it dies."""
 
-    def __init__(self) -> None:
-        self.proc = subprocess.Popen([sys.executable, "-c", WORKER], cwd=Path(__file__).parent, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+    def __init__(self, code: str = WORKER) -> None:
+        self.proc = subprocess.Popen([sys.executable, "-c", code], cwd=Path(__file__).parent, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=subprocess.DEVNULL, text=True)
         assert self._read() == "ready"
         self.outcomes: dict[str, int] = {}

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from .._errors import (
     ConfigError,
     ContextError,
@@ -49,6 +51,22 @@ def error_for_status(code: int, message: str) -> SpecActorError:
 def last_error() -> str:
     """The calling thread's last native error message."""
     return ffi.string(lib.sa_last_error()).decode("utf-8", "replace")
+
+
+def string_out(fn: Any, *args: Any, what: str = "model metadata") -> str:
+    """The text a native ``fn(*args, buf, cap, n_out)`` writes: asked for its size, then fetched.
+
+    Raises the SpecActorError of a failed status (``what`` prefixes its message).
+    """
+    n = ffi.new("int32_t *")
+    status = fn(*args, ffi.NULL, 0, n)
+    if status == OK:
+        return ""
+    if status != lib.SA_ERR_BUFFER:
+        check(status, what)
+    buf = ffi.new("char[]", n[0] + 1)
+    check(fn(*args, buf, n[0] + 1, n), what)
+    return ffi.string(buf, n[0]).decode("utf-8", "replace")
 
 
 def check(status: int, what: str) -> None:

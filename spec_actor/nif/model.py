@@ -6,6 +6,7 @@ import os
 from typing import Any
 
 from ._check import check
+from ._check import string_out as _string_out
 from ._raw import ffi, lib
 
 ModelHandle = Any  # cdata 'sa_model *', freed by ffi.gc
@@ -34,18 +35,6 @@ def info(handle: ModelHandle) -> dict[str, Any]:
         value = getattr(out, name)
         result[name] = ffi.string(value).decode("utf-8", "replace") if name in ("arch", "description") else value
     return result
-
-
-def _string_out(fn: Any, *args: Any, what: str = "model metadata") -> str:
-    n = ffi.new("int32_t *")
-    status = fn(*args, ffi.NULL, 0, n)
-    if status == lib.SA_OK:
-        return ""
-    if status != lib.SA_ERR_BUFFER:
-        check(status, what)
-    buf = ffi.new("char[]", n[0] + 1)
-    check(fn(*args, buf, n[0] + 1, n), what)
-    return ffi.string(buf, n[0]).decode("utf-8", "replace")
 
 
 def chat_template(handle: ModelHandle) -> str:

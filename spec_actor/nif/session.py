@@ -90,6 +90,16 @@ def run(handle: SessionHandle, tokens: list[int], *, max_tokens: int, emit_stats
     return status
 
 
+def set_logprobs(handle: SessionHandle, n_top: int | None) -> None:
+    """Token events of the following runs carry log-probabilities: None none, else n_top (0..20) alternatives."""
+    check(lib.sa_session_set_logprobs(handle, -1 if n_top is None else n_top), "logprobs")
+
+
+def set_grammar_prefill(handle: SessionHandle, text: str) -> None:
+    """The grammar of the following runs has already read ``text`` ("" for none)."""
+    check(lib.sa_session_set_grammar_prefill(handle, text.encode("utf-8")), "grammar prefill")
+
+
 def cancel(handle: SessionHandle) -> None:
     """Ask the running loop to stop (any thread, lock-free)."""
     lib.sa_session_cancel(handle)

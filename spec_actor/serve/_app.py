@@ -94,7 +94,7 @@ class App:
                 state.metrics.timed_out("read")
             raise
         prepared = await prepare(kind, data, state.pool.model, state.pool.actors[0].n_ctx, state.limits,
-                                 state.prepare_limiter)
+                                 state.prepare_limiter, state.chat_template)
         await answer(exchange, prepared, state, arrived_at)
 
     async def _models(self, exchange: Exchange) -> None:

@@ -12,17 +12,23 @@ as if its ``max_tokens`` was reached (the stream's ``deadline``).
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 import trio
 
 from .._errors import SpecActorError
 from .._events import Done, Eog, Error, Token
+from .._stats import StatsSnapshot
+from .._tools import RenderedChat, parse_reply
 from ..streams import EventStream
 from ._errors import ApiError, api_error_for, shutting_down
 from ._http import Exchange
 from ._prepare import Prepared
 from ._responses import Reply
+from ._logprobs import LogprobsShaper
 from ._state import Cancellation, ServerState
+from ._timings import speculation_fields
+from ._tools import tool_calls_json
 
 
 __all__ = ["answer"]
@@ -49,23 +55,30 @@ class _Answer:
         self.state = state
         self.reply = Reply(job.kind, state.model_name)
         self.arrived_at = arrived_at
-        self.events = self._open(prepared.tokens)
+        self.rendered: RenderedChat | None = prepared.rendered
+        """A chat rendered by its Jinja template: how to parse its reply (tool calls)."""
+        self.events = self._open(prepared.tokens, prepared.options)
         self.text: list[str] = []
         self.tokens = 0
         self.finish_reason: str | None = None
         self.prompt_tokens = 0
         self.cached_tokens = 0
+        self.final_stats: StatsSnapshot | None = None
         self.ended_by: tuple[str, float] | None = None
         """("hangup", "send_timeout" or "shutdown", when it was seen) once the request is ended early."""
         self.run_scope = trio.CancelScope()
+        self.shaper = (LogprobsShaper(job.kind == "chat", state.pool.model.tokenizer)
+                       if job.options.get("logprobs") is not None else None)
+        self.logprob_tokens: list[Token] = []
+        """Tokens whose logprobs are not sent yet (all of them when not streaming)."""
 
-    def _open(self, tokens: list[int]) -> EventStream:
+    def _open(self, tokens: list[int], options: dict[str, Any]) -> EventStream:
         job, pool = self.job, self.state.pool
         max_tokens = job.max_tokens or pool.actors[0].n_ctx  # the context's end stops it first
         budget = self.state.limits.max_request_seconds
         deadline = None if budget is None else self.arrived_at + budget
         try:
-            return pool.stream_events(tokens, max_tokens=max_tokens, deadline=deadline, **job.options)
+            return pool.stream_events(tokens, max_tokens=max_tokens, deadline=deadline, **options)
         except SpecActorError as exc:
             raise api_error_for(exc) from None
 
@@ -126,6 +139,7 @@ class _Answer:
                         self.state.metrics.timed_out("request")
                     self.prompt_tokens = ev.stats.prompt_tokens
                     self.cached_tokens = ev.stats.prompt_reused
+                    self.final_stats = ev.stats
         finally:
             with trio.CancelScope(shield=True):
                 tokens_before = self.events.stats().tokens_emitted  # just before aclose sets the cancel flag
@@ -139,12 +153,14 @@ class _Answer:
             if self.job.stream:
                 await self._open_stream()
         self.tokens += 1
+        if self.shaper is not None:
+            self.logprob_tokens.append(ev)
         if not ev.text:
             return
-        if self.job.stream:
-            await self.exchange.send_event(self.reply.piece(ev.text))
+        if self.job.stream and not self._parses_calls():
+            await self.exchange.send_event(self._with_logprobs(self.reply.piece(ev.text)))
         else:
-            self.text.append(ev.text)
+            self.text.append(ev.text)  # (streamed replies that may hold calls are parsed when whole)
 
     async def _open_stream(self) -> None:
         await self.exchange.start_events()
@@ -152,23 +168,48 @@ class _Answer:
         if opening is not None:
             await self.exchange.send_event(opening)
 
+    def _parses_calls(self) -> bool:
+        return self.rendered is not None and self.rendered.tools
+
     async def _respond(self) -> None:
         reason = self.finish_reason or "stop"
         if not self.prompt_tokens:
             last = self.events.stats()
             self.prompt_tokens, self.cached_tokens = last.prompt_tokens, last.prompt_reused
         prompt_tokens, cached_tokens = self.prompt_tokens, self.cached_tokens
+        reply = parse_reply("".join(self.text), self.rendered) if self._parses_calls() else None
+        if reply is not None and reply.tool_calls:
+            reason = "tool_calls"
         self.state.metrics.finished(reason)
+        speculation = speculation_fields(self.final_stats or self.events.stats(), self.tokens)
         if not self.job.stream:
-            await self.exchange.send_json(200, self.reply.whole("".join(self.text), reason, prompt_tokens,
-                                                                self.tokens, cached_tokens))
+            whole = self.reply.whole(reply.content if reply else "".join(self.text), reason, prompt_tokens,
+                                     self.tokens, cached_tokens)
+            if reply is not None and reply.tool_calls:
+                whole["choices"][0]["message"] |= {"content": reply.content or None,
+                                                   "tool_calls": tool_calls_json(reply, streamed=False)}
+            await self.exchange.send_json(200, self._with_logprobs(whole) | speculation)
             return
         if not self.exchange.started:  # not a single token (an immediate end of generation)
             await self._open_stream()
-        await self.exchange.send_event(self.reply.closing(reason))
+        if reply is not None:  # the parsed reply: its text, then its calls
+            if reply.content:
+                await self.exchange.send_event(self._with_logprobs(self.reply.piece(reply.content)))
+            for call in tool_calls_json(reply, streamed=True):
+                chunk = self.reply.piece("")
+                chunk["choices"][0]["delta"] = {"tool_calls": [call]}
+                await self.exchange.send_event(chunk)
+        await self.exchange.send_event(self.reply.closing(reason) | speculation)
         if self.job.include_usage:
-            await self.exchange.send_event(self.reply.usage_chunk(prompt_tokens, self.tokens, cached_tokens))
+            await self.exchange.send_event(self.reply.usage_chunk(prompt_tokens, self.tokens, cached_tokens) | speculation)
         await self.exchange.end_events()
+
+    def _with_logprobs(self, response: dict[str, Any]) -> dict[str, Any]:
+        """``response`` with the logprobs of the tokens not sent yet in its choice, if the request asked."""
+        if self.shaper is not None:
+            response["choices"][0]["logprobs"] = self.shaper.shape(self.logprob_tokens)
+            self.logprob_tokens = []
+        return response
 
     def _record(self, tokens_before: int) -> None:
         assert self.ended_by is not None

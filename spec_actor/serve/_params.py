@@ -3,9 +3,10 @@
 Fields follow OpenAI's API as its clients send them. Fields this server does
 not know are ignored, as other OpenAI-compatible servers ignore them; known
 fields of the wrong type, out of range, or asking for a feature this server
-does not have (``n > 1``, ``logprobs``, ``tools``) are a 400 that names the
+does not have (``n > 1``, ``logit_bias``) are a 400 that names the
 field. ``top_k``, ``min_p``, ``repeat_penalty`` and ``grammar`` (GBNF) are
-accepted as extensions, by llama.cpp's ``llama-server`` names.
+accepted as extensions, by llama.cpp's ``llama-server`` names; ``response_format``
+(JSON object or schema) becomes a grammar (see `_structured`).
 """
 
 from __future__ import annotations
@@ -19,6 +20,9 @@ from .._errors import ConfigError, GrammarError
 from .._limits import GrammarLimits
 from .._sampling import Sampling
 from ._errors import ApiError, bad_request
+from ._logprobs import chat_logprobs_option, completion_logprobs_option
+from ._structured import response_format_grammar
+from ._tools import message_fields, tool_options
 
 __all__ = ["Job", "parse_chat", "parse_completion"]
 
@@ -51,8 +55,8 @@ class Job:
     """Most tokens to generate; None: until the end of the turn or of the context."""
     prompt: str | list[int] | None = None
     """The prompt of a completion: text or token ids."""
-    messages: list[dict[str, str]] = field(default_factory=list)
-    """The conversation of a chat, each ``{"role", "content"}`` with text content."""
+    messages: list[dict[str, Any]] = field(default_factory=list)
+    """The conversation of a chat, each ``{"role", "content"}`` with text content (and tool fields)."""
     options: dict[str, Any] = field(default_factory=dict)
     """Request options of ``stream_events`` (``sampling``, ``stop``), max_tokens aside."""
 
@@ -74,8 +78,8 @@ def parse_completion(body: object, n_vocab: int, grammar_limits: GrammarLimits =
         raise _unsupported("best_of", f"best_of={best_of}")
     prompt = _prompt(body.get("prompt"), n_vocab)
     max_tokens = _max_tokens(body, ("max_tokens",), COMPLETION_MAX_TOKENS)
-    return Job("completion", *_stream(body), max_tokens=max_tokens, prompt=prompt,
-               options=_options(body, grammar_limits))
+    options = _options(body, grammar_limits) | {"logprobs": completion_logprobs_option(body)}
+    return Job("completion", *_stream(body), max_tokens=max_tokens, prompt=prompt, options=options)
 
 
 def parse_chat(body: object, grammar_limits: GrammarLimits = GrammarLimits()) -> Job:
@@ -86,17 +90,10 @@ def parse_chat(body: object, grammar_limits: GrammarLimits = GrammarLimits()) ->
     """
     body = _object(body)
     _refuse_unsupported(body)
-    if _get(body, "top_logprobs", int, default=None) is not None:
-        raise _unsupported("top_logprobs", "top_logprobs")
-    if _get(body, "tools", list, default=None):
-        raise _unsupported("tools", "tools (function calling)")
-    fmt = _get(body, "response_format", dict, default=None)
-    if fmt is not None and fmt.get("type", "text") != "text":
-        raise _unsupported("response_format", f"response_format {fmt.get('type')!r} (use the grammar field)")
     messages = _messages(body.get("messages"))
     max_tokens = _max_tokens(body, ("max_completion_tokens", "max_tokens"), None)
-    return Job("chat", *_stream(body), max_tokens=max_tokens, messages=messages,
-               options=_options(body, grammar_limits))
+    options = _options(body, grammar_limits) | {"logprobs": chat_logprobs_option(body)} | tool_options(body)
+    return Job("chat", *_stream(body), max_tokens=max_tokens, messages=messages, options=options)
 
 
 # -- fields -------------------------------------------------------------------------------
@@ -111,9 +108,6 @@ def _refuse_unsupported(body: dict[str, Any]) -> None:
     n = _get(body, "n", int, default=1)
     if n != 1:
         raise _unsupported("n", f"n={n} (one choice per request; send several requests)")
-    logprobs = body.get("logprobs")
-    if logprobs not in (None, False, 0):
-        raise _unsupported("logprobs", "logprobs")
     if _get(body, "logit_bias", dict, default=None):
         raise _unsupported("logit_bias", "logit_bias")
     _get(body, "model", str, default=None)
@@ -185,7 +179,7 @@ def _options(body: dict[str, Any], grammar_limits: GrammarLimits) -> dict[str, A
         value = _get(body, name, int, default=None)
         if value is not None:
             options[option] = value
-    grammar = _get(body, "grammar", str, default=None)
+    grammar = response_format_grammar(body) or _get(body, "grammar", str, default=None)
     if grammar is not None:
         options["grammar"] = grammar
     options = {"sampling": _sampling(options, grammar_limits)}
@@ -250,7 +244,8 @@ def _messages(messages: object) -> list[dict[str, str]]:
         if role not in ROLES:
             raise bad_request(f"{where}.role {_short(role)} is not a role: use one of {', '.join(sorted(ROLES))}",
                               param=f"{where}.role", code="invalid_value")
-        out.append({"role": role, "content": _content(message.get("content"), f"{where}.content")})
+        out.append({"role": role, "content": _content(message.get("content"), f"{where}.content")}
+                   | message_fields(message, where))
     return out
 
 

@@ -82,7 +82,8 @@ class Server:
 async def open_server(model: Model, *, host: str = "127.0.0.1", port: int = 8080, pool: int = 1,
                       spec: Spec | str | None = None, api_key: str | None = None, n_ctx: int = 4096,
                       max_queue: int = 16, max_body: int = DEFAULT_MAX_BODY, model_name: str | None = None,
-                      limits: ServeLimits | None = None, **context_options: Any) -> AsyncIterator[Server]:
+                      limits: ServeLimits | None = None, chat_template: str | None = None,
+                      **context_options: Any) -> AsyncIterator[Server]:
     """Serve ``model`` over HTTP with OpenAI's API until the block is left or `Server.stop` is called.
 
     Args:
@@ -97,6 +98,9 @@ async def open_server(model: Model, *, host: str = "127.0.0.1", port: int = 8080
         model_name: The model id clients see (default: the GGUF's file name without ``.gguf``).
         limits: Timeouts (send, read, per request, shutdown) and parser
             bounds (`ServeLimits`; its defaults when None).
+        chat_template: Jinja chat template text for every chat instead of the GGUF's
+            own (as llama-server's ``--chat-template-file``); needed for tools on a
+            GGUF without a template.
         context_options: n_threads, n_batch, ... for `open_pool`.
 
     Raises:
@@ -119,7 +123,7 @@ async def open_server(model: Model, *, host: str = "127.0.0.1", port: int = 8080
     with _bound_socket(host, port) as sock:  # bound before the pool opens: a taken port fails fast, plainly
         async with open_pool(model, **pool_options) as actors:
             state = ServerState(pool=actors, model_name=name, metrics=ServerMetrics(actors, name),
-                                api_key=api_key, max_body=max_body, limits=limits)
+                                api_key=api_key, max_body=max_body, limits=limits, chat_template=chat_template)
             url = _url(sock)
             with unwrap_groups():
                 async with trio.open_nursery() as nursery:

@@ -7,6 +7,7 @@ from typing import Any, Protocol
 
 from .._chat import Message
 from .._model import Model
+from .._tools import chat_prompt, parse_reply
 from .._options import RequestOptions
 from .._request import Request
 from ._event_stream import EventStream
@@ -69,9 +70,14 @@ class StreamSource(RequestQueue):
                 ``Done(stats, reason="stop")``. Text that may begin a stop
                 string is held back until it cannot.
             add_special, parse_special (bool): how a text prompt is tokenized.
+            logprobs (int | None): each `Token` carries the target model's
+                log-probability and this many (0 to 20) most likely
+                alternatives at its position; None (default) for none.
             sampling (Sampling), or sampler options: temp, top_k, top_p,
                 min_p, seed, penalty_last_n, repeat_penalty,
-                frequency_penalty, presence_penalty, grammar, grammar_root.
+                frequency_penalty, presence_penalty, grammar, grammar_root;
+                or json_schema (a dict) instead of grammar: the output is
+                JSON that the schema allows.
 
         The prompt is a string or a sequence of token ids. Nothing is queued
         until the stream is entered or iterated.
@@ -109,8 +115,8 @@ class StreamSource(RequestQueue):
         async with self.stream(prompt, **options) as text:
             return "".join([piece async for piece in text])
 
-    def chat_events(self, messages: Sequence[Message], *, template: str | None = None,
-                    **options: Any) -> EventStream:
+    def chat_events(self, messages: Sequence[Message], *, template: str | None = None, tools: Any = None,
+                    tool_choice: Any = None, parallel_tool_calls: bool = False, **options: Any) -> EventStream:
         """Return the event stream of a new chat request: the reply to ``messages``.
 
         ``messages`` is a list of ``{"role": ..., "content": ...}`` dicts,
@@ -122,6 +128,14 @@ class StreamSource(RequestQueue):
         parses it as tokens, for callers who write token text on purpose.
         The reply ends at the model's end-of-turn token (an ``Eog`` event).
 
+        A GGUF with its own template is rendered by it through llama.cpp's
+        Jinja engine, as llama-server renders it; so is any request with
+        ``tools`` (OpenAI function tools; ``template`` is then Jinja text).
+        ``tool_choice`` ("auto", "none", "required" or a named function)
+        "required" and a named function constrain the reply to a call;
+        ``messages`` may hold ``tool`` results and assistant ``tool_calls``
+        (see `spec_actor._tools`). `chat` parses the calls back.
+
         Raises:
             ConfigError: the model has no chat template and none was given, or
                 llama.cpp does not support the template; a role is not
@@ -130,20 +144,25 @@ class StreamSource(RequestQueue):
                 fit the context.
             ActorClosedError: the actor (or pool) is closed.
         """
-        tokens = self.model.tokenize_chat(messages, template=template,
-                                          add_special=options.pop("add_special", True),
-                                          parse_special=options.pop("parse_special", False))
-        return self.stream_events(tokens, **options)
+        prompt, options, _ = chat_prompt(self.model, messages, options, template=template, tools=tools,
+                                         tool_choice=tool_choice, parallel_tool_calls=parallel_tool_calls)
+        return self.stream_events(prompt, **options)
 
     def chat_stream(self, messages: Sequence[Message], *, template: str | None = None,
                     **options: Any) -> TextStream:
         """Return the text stream of a chat request (see `chat_events`)."""
         return TextStream(self.chat_events(messages, template=template, **options))
 
-    async def chat(self, messages: Sequence[Message], *, template: str | None = None, **options: Any) -> str:
+    async def chat(self, messages: Sequence[Message], *, template: str | None = None, tools: Any = None,
+                   tool_choice: Any = None, parallel_tool_calls: bool = False, **options: Any) -> Any:
         """Generate and return the whole reply to ``messages`` (see `chat_events`).
 
-        Raises and cancels as `generate` does.
+        Returns the text; with ``tools``, a `ChatReply` whose ``tool_calls``
+        are the parsed calls (text the format's parser rejects stays its
+        ``content``). Raises and cancels as `generate` does.
         """
-        async with self.chat_stream(messages, template=template, **options) as text:
-            return "".join([piece async for piece in text])
+        prompt, options, rendered = chat_prompt(self.model, messages, options, template=template, tools=tools,
+                                                tool_choice=tool_choice, parallel_tool_calls=parallel_tool_calls)
+        async with self.stream(prompt, **options) as stream:
+            text = "".join([piece async for piece in stream])
+        return text if tools is None or rendered is None else parse_reply(text, rendered)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from .._events import Token
 
 __all__ = ["StopMatcher"]
@@ -72,7 +74,7 @@ class StopMatcher:
                 out.append(token)
             else:
                 if index > start:
-                    out.append(Token(token.id, token.text[: index - start]))
+                    out.append(dataclasses.replace(token, text=token.text[: index - start]))
                 break
             start = end
         self._held, self._text = [], ""

@@ -71,7 +71,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ._gguf import GGUFFile, GGUFTensorInfo, GGUFValueType, array, boolean, f32, read_gguf, u32, write_gguf
+from ._gguf import (GGUFFile, GGUFTensorInfo, GGUFValueType, array, boolean, f32, read_gguf, string, u32,
+                    write_gguf)
 from ._dflash import DFLASH_TARGET_LAYERS, write_dflash_drafter
 from ._hybrid import HYBRID_ARCH, write_hybrid_mtp_model
 from ._vocab import BOS_ID, EOS_ID, PAD_ID, Vocab, build_vocab, tokenizer_kv, vocab_tokens
@@ -93,6 +94,7 @@ __all__ = [
     "vocab_tokens",
     "write_mtp_model",
     "write_hybrid_mtp_model",
+    "write_chat_model",
     "write_draft_pair",
     "write_incompatible_draft",
     "write_eagle3_drafter",
@@ -119,7 +121,7 @@ def _llama_gains(n_layer: int) -> list[float]:
     return [_FIRST_GAIN] + [_LATER_GAIN] * (n_layer - 1)
 
 
-def _write_llama(path: Path, name: str, d: Dims, vocab: Vocab) -> Path:
+def _write_llama(path: Path, name: str, d: Dims, vocab: Vocab, chat_template: str | None = None) -> Path:
     emb, out = base_embeddings(vocab, SEED)
     rng = Rng(_LLAMASEED)
     t: dict[str, np.ndarray] = {
@@ -136,6 +138,8 @@ def _write_llama(path: Path, name: str, d: Dims, vocab: Vocab) -> Path:
     kv["llama.vocab_size"] = u32(len(vocab.tokens))
     kv["llama.rope.dimension_count"] = u32(d.head_dim)
     kv.update(tokenizer_kv(vocab))
+    if chat_template is not None:
+        kv["tokenizer.chat_template"] = string(chat_template)
     return write_gguf(path, kv, t)
 
 
@@ -152,6 +156,14 @@ def write_draft_pair(directory: str | os.PathLike[str], target_dims: Dims = TARG
     target = _write_llama(directory / "tiny-target.gguf", "tiny-target", target_dims, vocab)
     draft = _write_llama(directory / "tiny-draft.gguf", "tiny-draft", draft_dims, vocab)
     return target, draft
+
+
+def write_chat_model(path: str | os.PathLike[str], chat_template: str) -> Path:
+    """Write the 1-block llama of the draft pair carrying ``chat_template`` (Jinja text) in its metadata.
+
+    For tests of chat rendering with a real family's template: its weights are random.
+    """
+    return _write_llama(Path(path), "tiny-chat", DRAFT_DIMS, build_vocab(), chat_template)
 
 
 def write_incompatible_draft(path: str | os.PathLike[str], like: str | os.PathLike[str] | None = None) -> Path:

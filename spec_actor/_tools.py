@@ -1,0 +1,240 @@
+"""Tool calling: chats rendered by the model's own Jinja template with tools, and replies parsed back.
+
+Both halves are llama.cpp's common/chat, as llama-server uses them:
+``common_chat_templates_apply`` renders the conversation (tools, ``tool``
+messages and assistant ``tool_calls`` included) and gives the grammar that
+makes the output a valid call; ``common_chat_parse`` turns the generated
+text back into content and calls. Tool schemas are bounded as JSON schemas
+are (`spec_actor._json_schema`) before they reach native code.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, final
+
+from ._errors import ConfigError, GrammarError, PromptError
+from ._json_schema import check_schema
+from .nif import chat_jinja as _nj
+
+__all__ = ["ChatReply", "RenderedChat", "ToolCall", "chat_prompt", "check_tools", "parse_reply", "render_jinja",
+           "resolve_tool_choice"]
+
+ToolChoice = str | Mapping[str, Any]
+"""``"auto"``, ``"none"``, ``"required"`` or ``{"type": "function", "function": {"name": ...}}``."""
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    """One call the model made."""
+
+    name: str
+    """The function's name."""
+    arguments: str
+    """Its arguments, as the JSON text the model wrote."""
+    id: str = ""
+    """The call's id ("" when the format has none)."""
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class ChatReply:
+    """A reply parsed by the model's chat format: text and tool calls."""
+
+    content: str
+    """The reply's text, without the tool calls."""
+    tool_calls: tuple[ToolCall, ...] = ()
+    """The calls, in order."""
+    raw: str = ""
+    """The generated text as it came."""
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class RenderedChat:
+    """A conversation rendered by the model's Jinja template, and how to read its reply."""
+
+    prompt: str
+    """The prompt text (special tokens as text)."""
+    grammar: str | None
+    """GBNF the reply must follow (a required or named tool call), or None."""
+    stops: tuple[str, ...]
+    """Stop strings the format adds."""
+    parser: dict[str, Any] = field(repr=False)
+    """What `parse_reply` hands to ``common_chat_parse``."""
+    tools: bool = False
+    """Whether calls are parsed out of the reply."""
+    parallel: bool = False
+    """Whether the reply may hold several calls (else the first one counts)."""
+
+
+def check_tools(tools: object) -> list[dict[str, Any]]:
+    """``tools`` as OpenAI function tools, checked; the message names the tool and field.
+
+    Raises:
+        ConfigError: not a list of ``{"type": "function", "function": {"name", "parameters"}}``.
+        GrammarError: a tool's ``parameters`` schema is too deep, too large or gives a too large count.
+    """
+    if isinstance(tools, (str, bytes)) or not isinstance(tools, Sequence):
+        raise ConfigError('tools must be a list of {"type": "function", "function": {...}} objects')
+    names: set[str] = set()
+    for i, tool in enumerate(tools):
+        where = f"tools[{i}]"
+        if not isinstance(tool, Mapping) or tool.get("type", "function") != "function":
+            raise ConfigError(f'{where} must be {{"type": "function", "function": {{...}}}}')
+        fn = tool.get("function")
+        if not isinstance(fn, Mapping) or not isinstance(fn.get("name"), str) or not fn["name"]:
+            raise ConfigError(f"{where}.function must be an object with a non-empty string name")
+        if fn["name"] in names:
+            raise ConfigError(f"{where}.function.name {fn['name']!r} is used twice")
+        names.add(fn["name"])
+        if fn.get("description") is not None and not isinstance(fn["description"], str):
+            raise ConfigError(f"{where}.function.description must be a string")
+        if fn.get("parameters") is not None:
+            check_schema(fn["parameters"], f"{where}.function.parameters")
+    return [dict(tool) for tool in tools]
+
+
+def resolve_tool_choice(tool_choice: ToolChoice | None,
+                        tools: list[dict[str, Any]]) -> tuple[str, list[dict[str, Any]]]:
+    """(llama.cpp's tool_choice, the tools it applies to): a named function becomes ``required`` of it alone."""
+    if tool_choice is None:
+        return "auto", tools
+    if isinstance(tool_choice, str):
+        if tool_choice not in ("auto", "none", "required"):
+            raise ConfigError(f"tool_choice={tool_choice!r} is invalid: use 'auto', 'none', 'required' or "
+                              '{"type": "function", "function": {"name": ...}}')
+        if tool_choice == "required" and not tools:
+            raise ConfigError("tool_choice='required' needs tools")
+        return tool_choice, tools
+    fn = tool_choice.get("function") if isinstance(tool_choice, Mapping) else None
+    name = fn.get("name") if isinstance(fn, Mapping) else None
+    if not isinstance(name, str):
+        raise ConfigError('tool_choice must name a function as {"type": "function", "function": {"name": ...}}')
+    named = [t for t in tools if t["function"]["name"] == name]
+    if not named:
+        raise ConfigError(f"tool_choice names the function {name!r}, which is not among the tools "
+                          f"({', '.join(t['function']['name'] for t in tools) or 'none given'})")
+    return "required", named
+
+
+def render_jinja(model_handle: Any, messages: Sequence[Mapping[str, Any]], *, tools: object = None,
+                 tool_choice: ToolChoice | None = None, template: str | None = None,
+                 add_generation_prompt: bool = True, parallel_tool_calls: bool = False) -> RenderedChat:
+    """Render ``messages`` (OpenAI's shape: roles system, user, assistant with ``tool_calls``, tool)
+    with the model's Jinja template, or ``template`` (Jinja text).
+
+    Raises:
+        ConfigError: bad tools or tool_choice, or a template llama.cpp cannot render.
+        PromptError: ``messages`` is not a non-empty list of message objects.
+        GrammarError: a tool's parameters schema is refused.
+    """
+    if isinstance(messages, (str, bytes)) or not isinstance(messages, Sequence) or not messages:
+        raise PromptError('messages must be a non-empty list of {"role": ..., "content": ...} dicts')
+    checked = check_tools(tools) if tools is not None else []
+    choice, active = resolve_tool_choice(tool_choice, checked)
+    request: dict[str, Any] = {"messages": [dict(m) if isinstance(m, Mapping) else m for m in messages],
+                               "tool_choice": choice, "parallel_tool_calls": bool(parallel_tool_calls),
+                               "add_generation_prompt": bool(add_generation_prompt)}
+    if active and choice != "none":
+        request["tools"] = active
+    elif checked:
+        request["tools"] = checked  # "none": the template still shows them, the output is not parsed
+    if template is not None:
+        request["template"] = template
+    try:
+        out = _nj.render(model_handle, request)
+    except TypeError as exc:  # messages that json cannot write
+        raise PromptError(f"messages must be JSON data: {exc}") from None
+    # A required (or named) call: the grammar applies from the first token, lazy or not, and
+    # the call comes first. Under "auto" llama-server applies it lazily, from a trigger on;
+    # the sampler here has no triggers, so the reply is free and only parsed (decision 0048).
+    grammar = _call_first(out["grammar"]) if choice == "required" and out["grammar"] else None
+    return RenderedChat(out["prompt"], grammar, tuple(out["additional_stops"]), out,
+                        tools=bool(active) and choice != "none", parallel=bool(parallel_tool_calls))
+
+
+_CONTENT_BEFORE_CALLS = re.compile(r"^(root ::= .*?)\buntil-\d+\??\s+(?:space\s+)?(tool-call)", re.MULTILINE)
+
+
+def _call_first(grammar: str) -> str:
+    """llama.cpp's tool-call grammar without the free text it allows before the calls.
+
+    Its root is ``<generation prompt> space until-N? tool-calls``: any text
+    not containing the call's opening tag, then the calls. A model that does
+    not know the format fills the budget with that text and never calls;
+    without it the reply is the call.
+    """
+    return _CONTENT_BEFORE_CALLS.sub(r"\1\2", grammar, count=1)
+
+
+def parse_reply(text: str, rendered: RenderedChat, *, partial: bool = False) -> ChatReply:
+    """``text`` (the generated reply) parsed with the chat format of ``rendered``.
+
+    Text the parser rejects stays the content, with no calls. Without
+    ``parallel_tool_calls`` only the first call counts (a small model may
+    write more where the format allows them).
+    """
+    if not rendered.tools:
+        return ChatReply(text, (), text)
+    try:
+        msg = _nj.parse(text, rendered.parser, partial=partial)
+    except (ConfigError, GrammarError):
+        return ChatReply(text, (), text)
+    calls = tuple(ToolCall(c["name"], c["arguments"], c["id"]) for c in msg["tool_calls"])
+    return ChatReply(msg["content"], calls if rendered.parallel else calls[:1], text)
+
+
+def chat_prompt(model: Any, messages: Sequence[Mapping[str, Any]], options: dict[str, Any], *,
+                template: str | None = None, tools: object = None, tool_choice: ToolChoice | None = None,
+                parallel_tool_calls: bool = False,
+                jinja: bool = False) -> tuple[str | list[int], dict[str, Any], RenderedChat | None]:
+    """(prompt, request options, how to parse the reply) of a chat request.
+
+    With tools, or when the GGUF has its own template and ``template`` is not
+    given, the model's Jinja template renders it (`render_jinja`, as
+    llama-server does; ``template`` is then Jinja text) and the options gain
+    the tool-call grammar and the format's stop strings; ``jinja`` makes
+    ``template`` Jinja text without tools too; special tokens in that text are
+    parsed unless the options say otherwise. Otherwise the prompt is token ids,
+    `Model.tokenize_chat`'s (a GGUF without a template gets its family's
+    built-in format; message content stays text) and the third item is None.
+
+    Raises:
+        ConfigError, PromptError, GrammarError: as `render_jinja` and
+            `Model.apply_chat_template`.
+    """
+    options = dict(options)
+    if tools is None and tool_choice is not None:
+        raise ConfigError("tool_choice needs tools")
+    if tools is None and not jinja and (template is not None or not model.chat_template()):
+        # content stays text: only the template's markup becomes control tokens (Model.tokenize_chat)
+        tokens = model.tokenize_chat(messages, template=template, add_special=options.pop("add_special", True),
+                                     parse_special=options.pop("parse_special", False))
+        return tokens, options, None
+    options.setdefault("parse_special", True)
+    if template is None and not model.chat_template():
+        raise ConfigError(f"tools need a Jinja chat template and model {model.path} has none; pass template= "
+                          "with the template text of a format that supports tools")
+    rendered = render_jinja(model.handle, messages, tools=tools, tool_choice=tool_choice, template=template,
+                            parallel_tool_calls=parallel_tool_calls)
+    if rendered.grammar is not None:
+        sampling = options.get("sampling")
+        if (options.get("grammar") is not None or options.get("json_schema") is not None
+                or (sampling is not None and sampling.grammar is not None)):
+            raise ConfigError("a required or named tool call has its own grammar; leave grammar= and "
+                              "json_schema= out")
+        call_grammar = {"grammar": rendered.grammar, "grammar_prefill": rendered.parser["generation_prompt"]}
+        if sampling is not None:  # a Sampling already built (the server's): the grammar goes into it
+            options["sampling"] = dataclasses.replace(sampling, **call_grammar)
+        else:
+            options |= call_grammar
+    if rendered.stops:
+        stop = options.get("stop")
+        options["stop"] = [*([stop] if isinstance(stop, str) else stop or ()), *rendered.stops]
+    return rendered.prompt, options, rendered

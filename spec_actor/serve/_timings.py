@@ -1,0 +1,58 @@
+"""Speculation visible per response: llama-server's ``timings`` and vLLM's ``speculative_decoding``.
+
+Both come from the request's final statistics (the ``Done``/``Eog`` event's
+snapshot); the field names are those of llama-server and of vLLM's
+per-request speculative metrics, so their clients and dashboards read them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .._stats import StatsSnapshot
+
+__all__ = ["speculation_fields"]
+
+
+def speculation_fields(stats: StatsSnapshot, completion_tokens: int) -> dict[str, Any]:
+    """``{"timings": ..., "speculative_decoding": ...}`` for a response.
+
+    ``completion_tokens`` is what the response delivered (its ``usage``),
+    which a stop string can make fewer than the tokens the loop emitted.
+    """
+    return {"timings": _timings(stats, completion_tokens), "speculative_decoding": _speculative(stats)}
+
+
+def _timings(stats: StatsSnapshot, predicted_n: int) -> dict[str, Any]:
+    prompt_ms = stats.timing_us.prefill / 1000
+    predicted_ms = max(stats.timing_us.total - stats.timing_us.prefill, 0) / 1000
+    return {
+        "prompt_n": stats.prompt_tokens,
+        "prompt_ms": prompt_ms,
+        "prompt_per_token_ms": _ratio(prompt_ms, stats.prompt_tokens),
+        "prompt_per_second": _ratio(1000 * stats.prompt_tokens, prompt_ms),
+        "predicted_n": predicted_n,
+        "predicted_ms": predicted_ms,
+        "predicted_per_token_ms": _ratio(predicted_ms, predicted_n),
+        "predicted_per_second": _ratio(1000 * predicted_n, predicted_ms),
+        "draft_n": stats.drafts_generated,
+        "draft_n_accepted": stats.drafts_accepted,
+    }
+
+
+def _speculative(stats: StatsSnapshot) -> dict[str, Any]:
+    drafters = [d for d in stats.drafters if d.name != "none"]
+    spec_steps = sum(d.steps for d in drafters)
+    return {
+        "num_spec_steps": spec_steps,
+        "num_draft_tokens": stats.drafts_generated,
+        "num_accepted_draft_tokens": stats.drafts_accepted,
+        "mean_acceptance_length": 1 + _ratio(stats.drafts_accepted, spec_steps),
+        "acceptance_rate": stats.acceptance_rate,
+        "drafters": [{"name": d.name, "steps": d.steps, "num_draft_tokens": d.drafted,
+                      "num_accepted_draft_tokens": d.accepted, "share_of_tokens": d.share} for d in drafters],
+    }
+
+
+def _ratio(numerator: float, denominator: float) -> float:
+    return numerator / denominator if denominator else 0.0

@@ -1,0 +1,81 @@
+"""Tool calling on /v1/chat/completions: the request's ``tools`` fields, and calls in OpenAI's shapes.
+
+The request's ``tools``, ``tool_choice`` and ``parallel_tool_calls`` are
+checked here (a 400 naming the field); the chat is rendered and the reply
+parsed by `spec_actor._tools` (llama.cpp's common/chat). A reply with calls
+ends with ``finish_reason: "tool_calls"``; a stream sends the reply's text,
+then one delta per call, once the reply is complete (the calls are parsed
+from the whole reply).
+"""
+
+from __future__ import annotations
+
+import secrets
+from typing import Any
+
+from .._errors import ConfigError, GrammarError
+from .._tools import ChatReply, ToolCall, check_tools, resolve_tool_choice
+from ._errors import bad_request
+
+__all__ = ["message_fields", "tool_calls_json", "tool_options"]
+
+
+def tool_options(body: dict[str, Any]) -> dict[str, Any]:
+    """``tools``, ``tool_choice`` and ``parallel_tool_calls`` of a chat body, checked; {} when it has no tools.
+
+    Raises:
+        ApiError: a 400 naming the field.
+    """
+    tools, choice = body.get("tools"), body.get("tool_choice")
+    parallel = body.get("parallel_tool_calls")
+    if parallel is not None and not isinstance(parallel, bool):
+        raise bad_request("parallel_tool_calls must be a boolean", param="parallel_tool_calls", code="invalid_type")
+    if tools is None or tools == []:
+        if choice not in (None, "none", "auto"):
+            raise bad_request(f"tool_choice={choice!r} needs tools; send tools or leave tool_choice out",
+                              param="tool_choice")
+        return {}
+    try:
+        checked = check_tools(tools)
+    except (ConfigError, GrammarError) as exc:
+        raise bad_request(exc.message, param="tools", code="invalid_tools") from None
+    try:
+        resolve_tool_choice(choice, checked)
+    except ConfigError as exc:
+        raise bad_request(exc.message, param="tool_choice") from None
+    return {"tools": checked, "tool_choice": choice, "parallel_tool_calls": bool(parallel)}
+
+
+def message_fields(message: dict[str, Any], where: str) -> dict[str, Any]:
+    """The tool fields of a history message (assistant ``tool_calls``, a tool's ``tool_call_id``), checked."""
+    out: dict[str, Any] = {}
+    calls = message.get("tool_calls")
+    if calls is not None:
+        if message.get("role") != "assistant" or not isinstance(calls, list):
+            raise bad_request(f"{where}.tool_calls must be an array on an assistant message",
+                              param=f"{where}.tool_calls")
+        for i, call in enumerate(calls):
+            fn = call.get("function") if isinstance(call, dict) else None
+            if not isinstance(fn, dict) or not isinstance(fn.get("name"), str) or not isinstance(
+                    fn.get("arguments"), str):
+                raise bad_request(f"{where}.tool_calls[{i}] must be {{\"type\": \"function\", \"function\": "
+                                  "{\"name\": ..., \"arguments\": \"<JSON text>\"}}", param=f"{where}.tool_calls")
+        out["tool_calls"] = calls
+    for key in ("tool_call_id", "name"):
+        value = message.get(key)
+        if value is not None:
+            if not isinstance(value, str):
+                raise bad_request(f"{where}.{key} must be a string", param=f"{where}.{key}")
+            out[key] = value
+    return out
+
+
+def tool_calls_json(reply: ChatReply, streamed: bool) -> list[dict[str, Any]]:
+    """The reply's calls as OpenAI ``tool_calls`` (with ``index`` in a stream's deltas)."""
+    return [_call(i, call, streamed) for i, call in enumerate(reply.tool_calls)]
+
+
+def _call(index: int, call: ToolCall, streamed: bool) -> dict[str, Any]:
+    out = {"id": call.id or "call_" + secrets.token_hex(12), "type": "function",
+           "function": {"name": call.name, "arguments": call.arguments}}
+    return {"index": index, **out} if streamed else out
