@@ -11,7 +11,9 @@ from spec_actor._pool import open_pool
 
 
 async def test_pool_of_two_runs_two_streams_at_once(gemma):
-    async with open_pool(gemma, size=2, spec="none", n_ctx=256) as pool:
+    # without the prefix cache: what an actor ran before must not change the batch shapes of the
+    # prefill, where Gemma may part at a logit near-tie (decision 0031) and the comparison below is exact
+    async with open_pool(gemma, size=2, spec="none", n_ctx=256, prefix_cache=False) as pool:
         assert [a.session for a in pool.actors][0] is not pool.actors[1].session
         overlap = False
         texts = {}
