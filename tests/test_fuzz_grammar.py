@@ -25,7 +25,9 @@ from hypothesis import strategies as st
 import spec_actor
 from subprocess_helpers import run_child
 
-WORKER = """
+def worker_code(option: str) -> str:
+    """A child that runs each JSON line it reads as the run option ``option`` and answers [outcome, CPU s]."""
+    return f"""
 import json, sys, tempfile, time
 import spec_actor
 from spec_actor.testing import tiny_models
@@ -33,15 +35,18 @@ target, _ = tiny_models.write_draft_pair(tempfile.mkdtemp())
 session = spec_actor.Session(spec_actor.load_model(target), n_ctx=64, n_threads=1)
 print("ready", flush=True)
 for line in sys.stdin:
-    grammar = json.loads(line)
+    value = json.loads(line)
     t0 = time.process_time()
     try:
-        session.run("hello", max_tokens=3, grammar=grammar)
+        session.run("hello", max_tokens=3, {option}=value)
         outcome = "ok"
     except spec_actor.SpecActorError as exc:
         outcome = type(exc).__name__
     print(json.dumps([outcome, time.process_time() - t0]), flush=True)
 """
+
+
+WORKER = worker_code("grammar")
 
 HANG_S = 60.0
 """Wall-clock seconds after which a call counts as hung (CPU time is bounded at 1 s)."""
@@ -140,22 +145,23 @@ def _mutated(draw: st.DrawFn) -> str:
 FUZZ = settings(max_examples=75, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
-def _assert_survives(worker: Worker, grammar: str) -> None:
-    outcome, cpu_s = worker.check(grammar)
-    assert outcome in ("ok", "GrammarError", "ConfigError"), (outcome, grammar)
-    assert cpu_s < 1.0, f"{cpu_s:.2f} s of CPU for {grammar!r}"
+def assert_survives(worker: Worker, value: object) -> None:
+    """The child ran ``value`` to an answer or a clear error, in under a second of CPU."""
+    outcome, cpu_s = worker.check(value)
+    assert outcome in ("ok", "GrammarError", "ConfigError"), (outcome, value)
+    assert cpu_s < 1.0, f"{cpu_s:.2f} s of CPU for {value!r}"
 
 
 @FUZZ
 @given(grammar=_grammars())
 def test_random_grammars_neither_crash_nor_hang(worker: Worker, grammar: str) -> None:
-    _assert_survives(worker, grammar)
+    assert_survives(worker, grammar)
 
 
 @FUZZ
 @given(grammar=_mutated())
 def test_mutated_grammars_neither_crash_nor_hang(worker: Worker, grammar: str) -> None:
-    _assert_survives(worker, grammar)
+    assert_survives(worker, grammar)
 
 
 @pytest.mark.parametrize("grammar", [

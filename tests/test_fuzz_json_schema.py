@@ -16,25 +16,9 @@ from collections.abc import Iterator
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from test_fuzz_grammar import FUZZ, Worker
+from test_fuzz_grammar import FUZZ, Worker, assert_survives, worker_code
 
-WORKER = """
-import json, sys, tempfile, time
-import spec_actor
-from spec_actor.testing import tiny_models
-target, _ = tiny_models.write_draft_pair(tempfile.mkdtemp())
-session = spec_actor.Session(spec_actor.load_model(target), n_ctx=64, n_threads=1)
-print("ready", flush=True)
-for line in sys.stdin:
-    schema = json.loads(line)
-    t0 = time.process_time()
-    try:
-        session.run("hello", max_tokens=3, json_schema=schema)
-        outcome = "ok"
-    except spec_actor.SpecActorError as exc:
-        outcome = type(exc).__name__
-    print(json.dumps([outcome, time.process_time() - t0]), flush=True)
-"""
+WORKER = worker_code("json_schema")
 
 
 @pytest.fixture(scope="module")
@@ -71,16 +55,10 @@ def _schemas() -> st.SearchStrategy[object]:
     return st.recursive(LEAF, node, max_leaves=12)
 
 
-def _assert_survives(worker: Worker, schema: object) -> None:
-    outcome, cpu_s = worker.check(schema)
-    assert outcome in ("ok", "GrammarError", "ConfigError"), (outcome, schema)
-    assert cpu_s < 1.0, f"{cpu_s:.2f} s of CPU for {json.dumps(schema)}"
-
-
 @FUZZ
 @given(schema=_schemas())
 def test_random_schemas_neither_crash_nor_hang(worker: Worker, schema: object) -> None:
-    _assert_survives(worker, schema)
+    assert_survives(worker, schema)
 
 
 @pytest.mark.parametrize("schema", [
@@ -92,4 +70,4 @@ def test_random_schemas_neither_crash_nor_hang(worker: Worker, schema: object) -
     {"type": "string", "pattern": "^[" + "\\" * 1001 + "$"},
 ])
 def test_edge_schemas_neither_crash_nor_hang(worker: Worker, schema: object) -> None:
-    _assert_survives(worker, schema)
+    assert_survives(worker, schema)
