@@ -51,7 +51,7 @@ async def prepare(kind: Literal["completion", "chat"], data: bytes, model: Model
 
 
 def _prepare(kind: Literal["completion", "chat"], data: bytes, model: Model, n_ctx: int,
-             limits: ServeLimits, chat_template: str | None) -> Prepared:
+             limits: ServeLimits, chat_template: str | None = None) -> Prepared:
     body = parse_body(data, limits.body)
     if kind == "chat":
         job = parse_chat(body, limits.grammar)
