@@ -13,7 +13,7 @@ from __future__ import annotations
 import functools
 import re
 import secrets
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 from ._errors import ConfigError, PromptError
@@ -40,8 +40,8 @@ def _content_text(content: Any, index: int) -> str:
                       f'{{"type": "text", "text": ...}} parts, not {type(content).__name__}')
 
 
-def message_pairs(messages: Sequence[Message]) -> list[tuple[str, str]]:
-    """``messages`` as (role, content) pairs, checked.
+def message_pairs(messages: Sequence[Message], *, content_optional: bool = False) -> list[tuple[str, str]]:
+    """``messages`` as (role, content) pairs, checked (``content_optional``: a missing content is "").
 
     Raises:
         PromptError: ``messages`` is empty, or a message is not a mapping with
@@ -57,7 +57,8 @@ def message_pairs(messages: Sequence[Message]) -> list[tuple[str, str]]:
         if message["role"] not in ROLES:
             raise ConfigError(f"message {i}: role {_short(message['role'])} is not one of "
                               f"{', '.join(sorted(ROLES))}; a role is a name, never text to insert")
-        pairs.append((message["role"], _content_text(message.get("content"), i)))
+        content = message.get("content")
+        pairs.append((message["role"], "" if content is None and content_optional else _content_text(content, i)))
     for i, (_, content) in enumerate(pairs):
         if "\0" in content:
             raise PromptError("chat messages must not contain NUL characters")
@@ -133,7 +134,8 @@ _TRIMMED = " \t\n\v\f\r"
 
 def tokenize_chat(tokenizer: ChatTokenizer, template: str, messages: Sequence[Message], *,
                   add_generation_prompt: bool = True, add_special: bool = True,
-                  parse_special: bool = False) -> list[int]:
+                  parse_special: bool = False,
+                  render: Callable[[list[dict[str, Any]]], str] | None = None) -> list[int]:
     """The token ids of the conversation, with every message's content tokenized as plain text.
 
     Only the template's own markup (``<start_of_turn>``) becomes control
@@ -146,17 +148,23 @@ def tokenize_chat(tokenizer: ChatTokenizer, template: str, messages: Sequence[Me
     in content included, for callers who write token text on purpose.
     ``add_special`` adds the model's BOS (and EOS) as tokenizing the whole
     text would. Linear in the conversation's length; safe in a worker thread.
+    ``render`` renders messages instead of ``render_chat(template, ...)``
+    (the Jinja path of `spec_actor._tools`); the messages it gets keep every
+    field but ``content``, and a message without content keeps none.
 
     Raises:
         PromptError, ConfigError: as `render_chat`.
     """
+    if render is None:
+        def render(msgs: list[dict[str, Any]]) -> str:
+            return render_chat(template, msgs, add_generation_prompt=add_generation_prompt)
     if parse_special:
-        text = render_chat(template, messages, add_generation_prompt=add_generation_prompt)
-        return tokenizer.encode(text, add_special=add_special, parse_special=True)
-    pairs = message_pairs(messages)
+        return tokenizer.encode(render([dict(m) for m in messages]), add_special=add_special, parse_special=True)
+    pairs = message_pairs(messages, content_optional=True)
     nonce = _nonce(pairs)
-    marked = [{"role": role, "content": f" \ue000{nonce}{i}\ue001 "} for i, (role, _) in enumerate(pairs)]
-    rendered = render_chat(template, marked, add_generation_prompt=add_generation_prompt)
+    marked = [dict(m) | ({"content": f" \ue000{nonce}{i}\ue001 "} if m.get("content") is not None else {})
+              for i, m in enumerate(messages)]
+    rendered = render(marked)
     controls: dict[str, list[str | int]] = {}  # markup repeats every turn: split each once
     segments: list[str | int] = []  # text, or the id of one of the markup's control tokens
     at = 0

@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, final
 
+from ._chat import message_pairs, tokenize_chat
 from ._errors import ConfigError, GrammarError, PromptError
 from ._json_schema import check_schema
 from .nif import chat_jinja as _nj
@@ -193,17 +194,18 @@ def parse_reply(text: str, rendered: RenderedChat, *, partial: bool = False) -> 
 def chat_prompt(model: Any, messages: Sequence[Mapping[str, Any]], options: dict[str, Any], *,
                 template: str | None = None, tools: object = None, tool_choice: ToolChoice | None = None,
                 parallel_tool_calls: bool = False,
-                jinja: bool = False) -> tuple[str | list[int], dict[str, Any], RenderedChat | None]:
+                jinja: bool = False) -> tuple[list[int], dict[str, Any], RenderedChat | None]:
     """(prompt, request options, how to parse the reply) of a chat request.
 
     With tools, or when the GGUF has its own template and ``template`` is not
     given, the model's Jinja template renders it (`render_jinja`, as
     llama-server does; ``template`` is then Jinja text) and the options gain
     the tool-call grammar and the format's stop strings; ``jinja`` makes
-    ``template`` Jinja text without tools too; special tokens in that text are
-    parsed unless the options say otherwise. Otherwise the prompt is token ids,
-    `Model.tokenize_chat`'s (a GGUF without a template gets its family's
-    built-in format; message content stays text) and the third item is None.
+    ``template`` Jinja text without tools too. Otherwise `Model.tokenize_chat`
+    renders it (a GGUF without a template gets its family's built-in format)
+    and the third item is None. Either way the prompt is token ids in which
+    message content stays text (``parse_special=True`` in the options parses
+    it, for callers who write token text on purpose).
 
     Raises:
         ConfigError, PromptError, GrammarError: as `render_jinja` and
@@ -217,12 +219,13 @@ def chat_prompt(model: Any, messages: Sequence[Mapping[str, Any]], options: dict
         tokens = model.tokenize_chat(messages, template=template, add_special=options.pop("add_special", True),
                                      parse_special=options.pop("parse_special", False))
         return tokens, options, None
-    options.setdefault("parse_special", True)
     if template is None and not model.chat_template():
         raise ConfigError(f"tools need a Jinja chat template and model {model.path} has none; pass template= "
                           "with the template text of a format that supports tools")
-    rendered = render_jinja(model.handle, messages, tools=tools, tool_choice=tool_choice, template=template,
-                            parallel_tool_calls=parallel_tool_calls)
+    message_pairs(messages, content_optional=True)  # roles and content checked, as without a Jinja template
+    jinja_options = {"tools": tools, "tool_choice": tool_choice, "template": template,
+                     "parallel_tool_calls": parallel_tool_calls}
+    rendered = render_jinja(model.handle, messages, **jinja_options)
     if rendered.grammar is not None:
         sampling = options.get("sampling")
         if (options.get("grammar") is not None or options.get("json_schema") is not None
@@ -237,4 +240,8 @@ def chat_prompt(model: Any, messages: Sequence[Mapping[str, Any]], options: dict
     if rendered.stops:
         stop = options.get("stop")
         options["stop"] = [*([stop] if isinstance(stop, str) else stop or ()), *rendered.stops]
-    return rendered.prompt, options, rendered
+    # content stays text here too: the template renders markers in its place (tokenize_chat)
+    tokens = tokenize_chat(model.tokenizer, "", messages, add_special=options.pop("add_special", True),
+                           parse_special=options.pop("parse_special", False),
+                           render=lambda marked: render_jinja(model.handle, marked, **jinja_options).prompt)
+    return tokens, options, rendered

@@ -119,8 +119,19 @@ def test_model_template_renders_chats_by_default_and_gemma_keeps_its_format(fami
     # A GGUF with a template: Jinja adds Qwen's default system prompt, as llama-server does.
     qwen = family_models["qwen2.5"]
     prompt = "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\n"
-    text, _, rendered = spec_actor._tools.chat_prompt(qwen, [{"role": "user", "content": "Hi"}], {})
-    assert text == prompt + "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n" and rendered is not None
+    tokens, _, rendered = spec_actor._tools.chat_prompt(qwen, [{"role": "user", "content": "Hi"}], {})
+    want = qwen.tokenizer.encode(prompt + "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n", add_special=True,
+                                 parse_special=True)
+    assert tokens == want and rendered is not None
+    # Content is text through the Jinja path too: Gemma rendered by a Jinja template, a user's
+    # "<end_of_turn>" is that text, and the one control token is the markup's.
+    end_of_turn = gemma.tokenizer.encode("<end_of_turn>", add_special=False, parse_special=True)
+    assert len(end_of_turn) == 1
+    tokens, _, rendered = spec_actor._tools.chat_prompt(gemma, [{"role": "user", "content": "<end_of_turn>"}], {},
+                                                        template=_template(FAMILIES["gemma"]), jinja=True)
+    assert rendered is not None and tokens.count(end_of_turn[0]) == 1
+    as_text = gemma.tokenizer.encode("<end_of_turn>", add_special=False, parse_special=False)
+    assert any(tokens[i:i + len(as_text)] == as_text for i in range(len(tokens)))
     # The embedded Gemma has no template: its architecture's format, not llama-server's ChatML fallback.
     # (as token ids: message content stays text, only the markup becomes control tokens)
     tokens, _, rendered = spec_actor._tools.chat_prompt(gemma, [{"role": "user", "content": "Hi"}], {})

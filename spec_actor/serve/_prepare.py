@@ -74,12 +74,8 @@ def _tokens(job: Job, model: Model, chat_template: str | None) -> tuple[list[int
     options = dict(job.options)
     if job.kind == "chat":
         tools = {k: options.pop(k) for k in ("tools", "tool_choice", "parallel_tool_calls") if k in options}
-        prompt, options, rendered = chat_prompt(model, job.messages, options, template=chat_template,
-                                                jinja=chat_template is not None, **tools)
-        if isinstance(prompt, str):  # rendered by the Jinja template
-            prompt = model.tokenizer.encode(prompt, add_special=options.pop("add_special", True),
-                                            parse_special=options.pop("parse_special", True))
-        return prompt, options, rendered
+        return chat_prompt(model, job.messages, options, template=chat_template, jinja=chat_template is not None,
+                           **tools)
     if isinstance(job.prompt, str):
         return model.tokenizer.encode(job.prompt, add_special=True, parse_special=False), options, None
     return list(job.prompt or ()), options, None
