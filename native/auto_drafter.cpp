@@ -1,6 +1,7 @@
 #include "auto_drafter.h"
 
 #include "checks.h"
+#include "tokens.h"
 #include "spec_actor.h"
 
 #include "ggml.h"
@@ -41,13 +42,6 @@ struct MemoryBucket {
     double later_floor;
 };
 constexpr MemoryBucket kMemoryBuckets[] = {{0, 0.0}, {8, 0.5}, {24, 0.8}};
-
-int32_t common_prefix(const llama_tokens & a, const llama_tokens & b) {
-    const size_t n = std::min(a.size(), b.size());
-    size_t i = 0;
-    while (i < n && a[i] == b[i]) ++i;
-    return (int32_t) i;
-}
 
 }  // namespace
 
@@ -280,7 +274,7 @@ void AutoDrafter::observe(const StepOutcome & out) {
         auto learn = [&](Arm & arm) {
             if (!arm.proposed) return;
             arm.proposed = false;
-            const int32_t m = common_prefix(arm.proposal, ids);
+            const int32_t m = common_prefix(arm.proposal.data(), arm.proposal.size(), ids.data(), ids.size());
             arm.accept.observe(std::min((int32_t) arm.proposal.size(), (int32_t) ids.size()), m);
             if (arm.spec != nullptr && arm.spec != model_) common_speculative_accept(arm.spec, 0, (uint16_t) m);
         };

@@ -41,7 +41,7 @@ public:
     }
 
     void draft(const DraftInput & in, llama_tokens & draft) override {
-        DraftInput capped{std::min(in.n_max, length()), in.n_past, in.id_last, in.prompt_tgt};
+        DraftInput capped{std::min(in.n_max, n_), in.n_past, in.id_last, in.prompt_tgt};
         called_ = capped.n_max > 0;
         draft_call(spec_, type_, capped, draft);
         last_ = draft.empty() ? SA_SPEC_NONE : type_;
@@ -59,10 +59,6 @@ public:
     }
 
     int32_t last_drafter() const override { return last_; }
-
-protected:
-    // The length asked for in the next draft.
-    virtual int32_t length() { return n_; }
 
 private:
     common_speculative * spec_;
@@ -102,9 +98,6 @@ public:
     }
 
     int32_t n_draft_in_use() const override { return asked_; }
-
-protected:
-    int32_t length() override { return asked_; }
 
 private:
     AdaptiveDraft adaptive_;

@@ -1,5 +1,6 @@
 #include "prefix_cache.h"
 #include "session.h"
+#include "tokens.h"
 
 #include <algorithm>
 
@@ -8,13 +9,6 @@ namespace sa {
 namespace {
 
 llama_pos pos_max(llama_context * ctx) { return llama_memory_seq_pos_max(llama_get_memory(ctx), 0); }
-
-int32_t common_prefix(const llama_tokens & a, const int32_t * b, int32_t n) {
-    const int32_t m = std::min((int32_t) a.size(), n);
-    int32_t i = 0;
-    while (i < m && a[(size_t) i] == b[i]) ++i;
-    return i;
-}
 
 // Whether the target's memory still holds what a token at position n
 // attends to: a sliding-window cache may have reused the cells of positions
@@ -39,7 +33,7 @@ int32_t PrefixCache::resume(sa_session & s, const int32_t * prompt, int32_t n_pr
     // The run decodes at least the last prompt token; with a draft context
     // one more, so that the drafter's hidden state (MTP, EAGLE-3, DFlash)
     // comes from this prompt's tokens.
-    const int32_t n_common = common_prefix(tokens_, prompt, n_prompt);
+    const int32_t n_common = common_prefix(tokens_.data(), tokens_.size(), prompt, (size_t) n_prompt);
     int32_t n = std::min(n_common, n_prompt - 1 - (s.ctx_dft ? 1 : 0));
     // EAGLE-3's draft position i pairs token i+1 with the target's features at i.
     if (s.plan.type == SA_SPEC_DRAFT_EAGLE3) n = std::min(n, n_common - 1);
