@@ -39,6 +39,7 @@ def caddy_binary() -> Path:
 
 
 def free_port() -> int:
+    """A port of 127.0.0.1 free now; Caddy binds it a moment later (a clash fails the start with Caddy's log)."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
@@ -50,9 +51,6 @@ class Deployment:
 
     proxy: str
     replicas: dict[str, subprocess.Popen[str]]
-
-    def url(self, replica: str) -> str:
-        return f"http://{replica}"
 
 
 @pytest.fixture(scope="module")
@@ -96,27 +94,30 @@ def wait_until_up(proxy: str, caddy: subprocess.Popen[str], log: Path) -> None:
 
 
 async def chat(client: httpx.AsyncClient, conversation: str, messages: list[dict[str, str]]) -> httpx.Response:
+    """One short greedy chat completion through the proxy, as part of ``conversation``."""
     response = await client.post("/v1/chat/completions", headers={CONVERSATION: conversation},
                                  json={"messages": messages, "max_tokens": 6, "temperature": 0})
     assert response.status_code == 200, response.text
     return response
 
 
-async def where(client: httpx.AsyncClient, conversations: list[str]) -> dict[str, str]:
-    """The replica each conversation is routed to, from the proxy's header on a GET /health."""
-    routed = {}
-    for conversation in conversations:
-        response = await client.get("/health", headers={CONVERSATION: conversation})
-        assert response.status_code == 200
-        routed[conversation] = response.headers[REPLICA]
-    return routed
+async def where(client: httpx.AsyncClient, conversation: str) -> str:
+    """The replica ``conversation`` is routed to, from the proxy's header on a GET /health."""
+    response = await client.get("/health", headers={CONVERSATION: conversation})
+    assert response.status_code == 200
+    return response.headers[REPLICA]
+
+
+async def route(client: httpx.AsyncClient) -> dict[str, str]:
+    """The replica of each of PROBES conversations."""
+    return {c: await where(client, c) for c in (f"conversation-{i}" for i in range(PROBES))}
 
 
 async def counters(deployment: Deployment, name: str) -> dict[str, float]:
     """One counter of each replica's own /metrics, by replica."""
     out = {}
     for replica in deployment.replicas:
-        async with httpx.AsyncClient(base_url=deployment.url(replica), timeout=TIMEOUT) as client:
+        async with httpx.AsyncClient(base_url=f"http://{replica}", timeout=TIMEOUT) as client:
             out[replica] = metric(await metrics(client), name)
     return out
 
@@ -144,10 +145,12 @@ async def test_a_conversation_stays_on_its_replica_and_its_second_turn_reuses_th
 
 async def test_conversations_spread_over_both_replicas_and_each_is_served_where_it_is_routed(deployment):
     async with httpx.AsyncClient(base_url=deployment.proxy, timeout=TIMEOUT) as proxy:
-        routed = await where(proxy, [f"conversation-{i}" for i in range(PROBES)])
+        routed = await route(proxy)
         assert set(routed.values()) == set(deployment.replicas)
         assert (await proxy.get("/metrics")).status_code == 403  # scraped per replica, not through the proxy
-        assert await where(proxy, list(routed)) == routed  # the hash is stable
+        # The hash is stable: each one asked twice in a row (a round robin would alternate).
+        twice = {c: [await where(proxy, c), await where(proxy, c)] for c in routed}
+        assert twice == {c: [r, r] for c, r in routed.items()}
         for replica in deployment.replicas:
             conversation = next(c for c, r in routed.items() if r == replica)
             served = await chat(proxy, conversation, [{"role": "user", "content": "Hello."}])
@@ -157,7 +160,7 @@ async def test_conversations_spread_over_both_replicas_and_each_is_served_where_
 # Runs last in the module: it stops a replica.
 async def test_a_stopped_replica_s_conversations_go_to_the_other(deployment):
     async with httpx.AsyncClient(base_url=deployment.proxy, timeout=TIMEOUT) as proxy:
-        routed = await where(proxy, [f"conversation-{i}" for i in range(PROBES)])
+        routed = await route(proxy)
         stopped = routed["conversation-0"]
         (kept,) = set(deployment.replicas) - {stopped}
         proc = deployment.replicas[stopped]
@@ -167,4 +170,4 @@ async def test_a_stopped_replica_s_conversations_go_to_the_other(deployment):
         stayed = next(c for c, r in routed.items() if r == kept)
         assert (await chat(proxy, moved, [{"role": "user", "content": "Hello."}])).headers[REPLICA] == kept
         assert (await chat(proxy, stayed, [{"role": "user", "content": "Hello."}])).headers[REPLICA] == kept
-        assert set((await where(proxy, list(routed))).values()) == {kept}
+        assert {await where(proxy, c) for c in routed} == {kept}
