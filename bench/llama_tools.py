@@ -1,7 +1,8 @@
 """Build llama.cpp's own reference programs, and ours, against spec_actor's cached build.
 
-``llama-completion`` (plain generation) and ``llama-speculative-simple``
-(llama.cpp's speculative loop) are compiled from the same llama.cpp source and
+``llama-completion`` (plain generation), ``llama-speculative-simple``
+(llama.cpp's speculative loop) and ``llama-batched-bench`` (N sequences in one
+context) are compiled from the same llama.cpp source and
 linked to the same shared libraries that spec_actor uses, so a benchmark
 compares the loops, not two builds. ``verify-cost`` (bench/verify_cost.cpp)
 times one verification batch by size. Output goes next to the cached build.
@@ -22,6 +23,7 @@ import llama_build  # noqa: E402
 PROGRAMS = {
     "llama-completion": ["tools/completion/completion.cpp", "tools/completion/main.cpp"],
     "llama-speculative-simple": ["examples/speculative-simple/speculative-simple.cpp"],
+    "llama-batched-bench": ["tools/batched-bench/batched-bench.cpp", "tools/batched-bench/main.cpp"],
 }
 """llama.cpp's programs: name -> sources in the llama.cpp tree."""
 OWN_PROGRAMS = {"verify-cost": [HERE / "verify_cost.cpp"]}
