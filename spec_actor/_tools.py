@@ -163,6 +163,8 @@ def render_jinja(model_handle: Any, messages: Sequence[Mapping[str, Any]], *, to
         grammar = _call_first(out["grammar"])
     elif choice == "auto" and active and out["grammar"] and out["grammar_lazy"] and out["grammar_triggers"]:
         grammar, triggers = out["grammar"], json.dumps(out["grammar_triggers"])
+    if grammar is not None and not parallel_tool_calls:
+        grammar = _one_call(grammar)
     return RenderedChat(out["prompt"], grammar, tuple(out["additional_stops"]), out,
                         tools=bool(active) and choice != "none", parallel=bool(parallel_tool_calls),
                         triggers=triggers)
@@ -194,6 +196,16 @@ def _call_first(grammar: str) -> str:
     without it the reply is the call.
     """
     return _CONTENT_BEFORE_CALLS.sub(r"\1\2", grammar, count=1)
+
+
+_CALL_REPEATED = re.compile(r"^(tool-calls ::= )\((tool-call\??) space\)\+$", re.MULTILINE)
+
+
+def _one_call(grammar: str) -> str:
+    """llama.cpp's tool-call grammar, where it repeats the call whatever ``parallel_tool_calls`` says
+    (Qwen 2.5's ``tool-calls ::= (tool-call space)+``), cut to one call: the reply ends after it,
+    where a model would otherwise repeat the call to the end of its budget."""
+    return _CALL_REPEATED.sub(r"\1\2 space", grammar, count=1)
 
 
 def parse_reply(text: str, rendered: RenderedChat, *, partial: bool = False) -> ChatReply:
