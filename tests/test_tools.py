@@ -356,6 +356,17 @@ async def test_auto_tool_choice_constrains_a_call_once_the_model_starts_it(gemma
         jsonschema.validate(json.loads(call.arguments), SCHEMAS[call.name])
 
 
+def test_under_auto_the_callers_schema_wins_over_the_lazy_call_grammar(family_models):
+    qwen, schema = family_models["qwen2.5"], {"type": "object"}
+    messages = [{"role": "user", "content": "Hi"}]
+    _, lazy, _ = spec_actor._tools.chat_prompt(qwen, messages, {}, tools=TOOLS)
+    _, own, _ = spec_actor._tools.chat_prompt(qwen, messages, {"json_schema": schema}, tools=TOOLS)
+    assert lazy["grammar"] and "<tool_call>" in lazy["grammar_triggers"]
+    assert own["json_schema"] == schema and "grammar" not in own and "grammar_triggers" not in own
+    with pytest.raises(spec_actor.ConfigError, match="own grammar"):
+        spec_actor._tools.chat_prompt(qwen, messages, {"json_schema": schema}, tools=TOOLS, tool_choice="required")
+
+
 async def test_lazy_grammar_applies_from_its_trigger_and_speculation_keeps_the_text(gemma):
     # A word of the plain reply triggers a grammar: the text up to it is the plain text, what follows
     # is the grammar's; speculation (auto) gives the same text as plain decoding.
