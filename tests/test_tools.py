@@ -367,6 +367,24 @@ def test_under_auto_the_callers_schema_wins_over_the_lazy_call_grammar(family_mo
         spec_actor._tools.chat_prompt(qwen, messages, {"json_schema": schema}, tools=TOOLS, tool_choice="required")
 
 
+async def test_a_stream_sends_the_text_before_a_call_as_content_then_the_call(gemma):
+    # The same greedy request whole and streamed: the stream's content and calls, joined, are the whole reply's.
+    body = {"model": "m", "messages": FEW_SHOT + [{"role": "user", "content": "Add 2 and 40."}], "tools": TOOLS,
+            "max_tokens": 160, "temperature": 0}
+    async with serving(gemma, n_ctx=2048, chat_template=_template(FAMILIES["qwen2.5"])) as server:
+        client = openai_client(server)
+        whole = await client.chat.completions.create(**body)
+        chunks = [c async for c in await client.chat.completions.create(**body, stream=True)]
+    message = whole.choices[0].message
+    assert message.content and message.tool_calls, message  # text, then a call (what this test is about)
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == message.content
+    assert [(c.function.name, c.function.arguments) for c in _joined_calls(chunks)] == [
+        (c.function.name, c.function.arguments) for c in message.tool_calls]
+    first_call = next(i for i, c in enumerate(chunks) if c.choices and c.choices[0].delta.tool_calls)
+    assert any(c.choices[0].delta.content for c in chunks[:first_call] if c.choices)
+    assert chunks[-1].choices[0].finish_reason == "tool_calls"
+
+
 async def test_lazy_grammar_applies_from_its_trigger_and_speculation_keeps_the_text(gemma):
     # A word of the plain reply triggers a grammar: the text up to it is the plain text, what follows
     # is the grammar's; speculation (auto) gives the same text as plain decoding.
