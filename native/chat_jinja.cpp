@@ -108,7 +108,8 @@ std::vector<common_grammar_trigger> parse_triggers(const llama_model * model, co
         if (t.type == COMMON_GRAMMAR_TRIGGER_TYPE_TOKEN) {
             const int64_t token = item.at("token").get<int64_t>();
             if (token < 0 || token >= n_vocab) {
-                throw std::invalid_argument("grammar trigger token " + std::to_string(token) + " is not in the vocabulary");
+                throw std::invalid_argument("grammar trigger token " + std::to_string(token) +
+                                            " is not in the vocabulary");
             }
             t.token = (llama_token) token;
         } else if (t.type != COMMON_GRAMMAR_TRIGGER_TYPE_WORD) {

@@ -23,8 +23,8 @@ from ._errors import ConfigError, GrammarError, PromptError
 from ._json_schema import check_schema
 from .nif import chat_jinja as _nj
 
-__all__ = ["ChatReply", "RenderedChat", "ReplyDelta", "ReplyDiffer", "ToolCall", "chat_prompt", "check_template", "check_tools", "new_call_id", "parse_reply", "render_jinja",
-           "resolve_tool_choice"]
+__all__ = ["ChatReply", "RenderedChat", "ReplyDelta", "ReplyDiffer", "ToolCall", "chat_prompt", "check_template",
+           "check_tools", "new_call_id", "parse_reply", "render_jinja", "resolve_tool_choice"]
 
 ToolChoice = str | Mapping[str, Any]
 """``"auto"``, ``"none"``, ``"required"`` or ``{"type": "function", "function": {"name": ...}}``."""

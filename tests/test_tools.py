@@ -441,7 +441,8 @@ def test_serve_chat_template_file_renders_chats_and_a_bad_file_is_a_startup_erro
     assert missing.returncode == 2 and "--chat-template: cannot read" in missing.stderr
     proc, url = start_cli_server("--chat-template", str(good), "-c", "1024")
     try:
-        reply = openai.OpenAI(base_url=f"{url}/v1", api_key="x", max_retries=0, timeout=TIMEOUT).chat.completions.create(
+        client = openai.OpenAI(base_url=f"{url}/v1", api_key="x", max_retries=0, timeout=TIMEOUT)
+        reply = client.chat.completions.create(
             model="m", messages=[{"role": "user", "content": "Add 2 and 40."}], tools=TOOLS, tool_choice="required",
             max_tokens=60, temperature=0)
     finally:
