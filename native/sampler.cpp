@@ -5,7 +5,7 @@
 namespace sa {
 
 common_sampler * make_sampler(const sa_model & m, const sa_sampling_params & sp, sa_status * st,
-                              const std::string & prefill) {
+                              const std::string & prefill, const std::vector<common_grammar_trigger> * triggers) {
     common_params_sampling p;
     p.temp = sp.temp;
     p.top_k = sp.top_k;
@@ -23,8 +23,13 @@ common_sampler * make_sampler(const sa_model & m, const sa_sampling_params & sp,
         std::string text = sp.grammar;
         const std::string root = sp.grammar_root && sp.grammar_root[0] ? sp.grammar_root : "root";
         if (root != "root") text = "root ::= " + root + "\n" + text;  // common_sampler always starts at "root"
-        p.grammar = common_grammar(prefill.empty() ? COMMON_GRAMMAR_TYPE_USER : COMMON_GRAMMAR_TYPE_TOOL_CALLS, text);
+        const bool tool_calls = !prefill.empty() || triggers != nullptr;
+        p.grammar = common_grammar(tool_calls ? COMMON_GRAMMAR_TYPE_TOOL_CALLS : COMMON_GRAMMAR_TYPE_USER, text);
         p.generation_prompt = prefill;
+        if (triggers != nullptr) {
+            p.grammar_lazy = true;
+            p.grammar_triggers = *triggers;
+        }
     }
     const sa_status bad = has_grammar ? SA_ERR_GRAMMAR : SA_ERR_INVALID_ARG;
     try {

@@ -15,6 +15,8 @@
 
 #include <atomic>
 #include <memory>
+#include <optional>
+#include <vector>
 
 namespace sa {
 // What the session drafts with, resolved from the caller's spec (which stays
@@ -58,6 +60,7 @@ struct sa_session {
     std::atomic<int32_t> fail_decode_at{0};  // testing: the next run's n-th target decode ends it with an Error
     std::atomic<int32_t> n_logprobs{-1};  // sa_session_set_logprobs: for the runs that follow
     std::string grammar_prefill;  // sa_session_set_grammar_prefill: set between runs, by the running thread
+    std::optional<std::vector<common_grammar_trigger>> grammar_triggers;  // sa_session_set_grammar_triggers: lazy
 
     sa_session() = default;
     sa_session(const sa_session &) = delete;

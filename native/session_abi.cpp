@@ -70,7 +70,8 @@ sa_status sa_session_run(sa_session * s, const sa_run_params * params, sa_event_
     if (s->cancelled()) return SA_CANCELLED;
     return guarded("generation", [&]() -> sa_status {
         sa_status sst = SA_OK;
-        common_sampler * smpl = make_sampler(*s->model, params->sampling, &sst, s->grammar_prefill);
+        common_sampler * smpl = make_sampler(*s->model, params->sampling, &sst, s->grammar_prefill,
+                                              s->grammar_triggers ? &*s->grammar_triggers : nullptr);
         if (smpl == nullptr) return sst;
         return run_generation(*s, *params, smpl, cb, user);
     });

@@ -382,7 +382,7 @@ sa_status sa_session_set_logprobs(sa_session * session, int32_t n_top);
  * "auto"|"none"|"required", "parallel_tool_calls": bool,
  * "add_generation_prompt": bool, "template": Jinja text overriding the
  * GGUF's}. Result: JSON {"prompt", "grammar",
- * "grammar_lazy", "format", "format_name", "generation_prompt", "parser",
+ * "grammar_lazy", "grammar_triggers", "format", "format_name", "generation_prompt", "parser",
  * "additional_stops"}. SA_ERR_INVALID_ARG says what is malformed;
  * SA_ERR_BUFFER with *n_out = needed length if cap is too small. */
 sa_status sa_chat_jinja_apply(const sa_model * model, const char * request, char * buf, int32_t cap,
@@ -398,6 +398,13 @@ sa_status sa_chat_jinja_parse(const char * text, int32_t is_partial, const char 
  * starts with and the prompt already ends with); NULL or "": a plain grammar.
  * Call it between runs. */
 sa_status sa_session_set_grammar_prefill(sa_session * session, const char * text);
+
+/* The grammar of the runs that follow is lazy: it applies from the first of
+ * these triggers on (sa_chat_jinja_apply's "grammar_triggers", a JSON array
+ * of {"type", "value", "token"}), as llama-server's under tool_choice "auto";
+ * NULL or "": not lazy. A bad type, a token outside the vocabulary or a
+ * pattern that is not a regex is SA_ERR_INVALID_ARG, the session unchanged. */
+sa_status sa_session_set_grammar_triggers(sa_session * session, const char * triggers);
 /* CDEF-END */
 
 #ifdef __cplusplus

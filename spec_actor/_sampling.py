@@ -51,6 +51,11 @@ class Sampling:
             starts: the generation prompt that a chat format's tool-call
             grammar starts with and the prompt already ends with (see
             `spec_actor._tools`); "" for none.
+        grammar_triggers: Makes the grammar lazy: JSON text of the triggers
+            (``sa_chat_jinja_apply``'s ``grammar_triggers``) from the first of
+            which on the grammar applies, as llama-server constrains a tool
+            call under ``tool_choice="auto"``; None: the grammar applies
+            from the first token.
 
     `from_options` (the public API's sampler options) also takes
     ``json_schema``: a JSON schema (a dict) that becomes the grammar,
@@ -77,6 +82,7 @@ class Sampling:
     grammar_root: str = "root"
     grammar_limits: GrammarLimits = GrammarLimits()
     grammar_prefill: str = ""
+    grammar_triggers: str | None = None
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
@@ -105,6 +111,10 @@ class Sampling:
             check_grammar(self.grammar, self.grammar_limits.native())
         if not isinstance(self.grammar_prefill, str) or "\0" in self.grammar_prefill:
             raise ConfigError(f"grammar_prefill={self.grammar_prefill!r} is invalid: expected text without NUL")
+        if self.grammar_triggers is not None and (not isinstance(self.grammar_triggers, str)
+                                                  or "\0" in self.grammar_triggers or self.grammar is None):
+            raise ConfigError(f"grammar_triggers={self.grammar_triggers!r} is invalid: expected JSON text "
+                              "without NUL, with a grammar")
         if not isinstance(self.grammar_root, str) or not _ROOT_RE.fullmatch(self.grammar_root):
             raise ConfigError(
                 f"grammar_root={self.grammar_root!r} is invalid: expected a rule name of letters, "
@@ -139,7 +149,7 @@ class Sampling:
             "seed": self.seed, "penalty_last_n": self.penalty_last_n, "penalty_repeat": self.repeat_penalty,
             "penalty_freq": self.frequency_penalty, "penalty_present": self.presence_penalty,
             "grammar": self.grammar, "grammar_root": self.grammar_root,
-        }  # fmt: skip  (grammar_prefill is set on the session: sa_session_set_grammar_prefill)
+        }  # fmt: skip  (grammar_prefill and grammar_triggers are set on the session)
 
 
 _OPTION_NAMES_ORDERED = (*(f.name for f in dataclasses.fields(Sampling)), "json_schema")

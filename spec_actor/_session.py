@@ -17,6 +17,7 @@ from ._spec import DEFAULT_SPEC, Spec
 from ._stats import StatsSnapshot
 from ._utf8 import Utf8Stream
 from ._validate import check_logprobs
+from .nif import chat_jinja as _nj
 from .nif import model as _nm
 from .nif import session as _ns
 from .nif import testing as _nt
@@ -230,6 +231,7 @@ class Session:
         tokens = self.tokenize(prompt, add_special=add_special, parse_special=parse_special)
         _ns.set_logprobs(self._live(), logprobs)
         _ns.set_grammar_prefill(self._live(), sampling.grammar_prefill if sampling.grammar else "")
+        _nj.set_grammar_triggers(self._live(), sampling.grammar_triggers if sampling.grammar else None)
         if clear_cancel:
             self.clear_cancel()
         collector = _Collector(self._decoder, on_events)

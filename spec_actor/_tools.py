@@ -11,8 +11,9 @@ are (`spec_actor._json_schema`) before they reach native code.
 from __future__ import annotations
 
 import dataclasses
-
+import json
 import re
+import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, final
@@ -22,8 +23,8 @@ from ._errors import ConfigError, GrammarError, PromptError
 from ._json_schema import check_schema
 from .nif import chat_jinja as _nj
 
-__all__ = ["ChatReply", "RenderedChat", "ToolCall", "chat_prompt", "check_tools", "parse_reply", "render_jinja",
-           "resolve_tool_choice"]
+__all__ = ["ChatReply", "RenderedChat", "ReplyDelta", "ReplyDiffer", "ToolCall", "chat_prompt", "check_template",
+           "check_tools", "new_call_id", "parse_reply", "render_jinja", "resolve_tool_choice"]
 
 ToolChoice = str | Mapping[str, Any]
 """``"auto"``, ``"none"``, ``"required"`` or ``{"type": "function", "function": {"name": ...}}``."""
@@ -70,6 +71,8 @@ class RenderedChat:
     """What `parse_reply` hands to ``common_chat_parse``."""
     tools: bool = False
     """Whether calls are parsed out of the reply."""
+    triggers: str | None = None
+    """JSON text of the triggers that make ``grammar`` lazy (``tool_choice="auto"``); None: it applies at once."""
     parallel: bool = False
     """Whether the reply may hold several calls (else the first one counts)."""
 
@@ -153,11 +156,32 @@ def render_jinja(model_handle: Any, messages: Sequence[Mapping[str, Any]], *, to
     except TypeError as exc:  # messages that json cannot write
         raise PromptError(f"messages must be JSON data: {exc}") from None
     # A required (or named) call: the grammar applies from the first token, lazy or not, and
-    # the call comes first. Under "auto" llama-server applies it lazily, from a trigger on;
-    # the sampler here has no triggers, so the reply is free and only parsed (decision 0048).
-    grammar = _call_first(out["grammar"]) if choice == "required" and out["grammar"] else None
+    # the call comes first (decision 0048). Under "auto" it applies lazily, from a trigger on,
+    # as in llama-server (decision 0049).
+    grammar, triggers = None, None
+    if choice == "required" and out["grammar"]:
+        grammar = _call_first(out["grammar"])
+    elif choice == "auto" and active and out["grammar"] and out["grammar_lazy"] and out["grammar_triggers"]:
+        grammar, triggers = out["grammar"], json.dumps(out["grammar_triggers"])
+    if grammar is not None and not parallel_tool_calls:
+        grammar = _one_call(grammar)
     return RenderedChat(out["prompt"], grammar, tuple(out["additional_stops"]), out,
-                        tools=bool(active) and choice != "none", parallel=bool(parallel_tool_calls))
+                        tools=bool(active) and choice != "none", parallel=bool(parallel_tool_calls),
+                        triggers=triggers)
+
+
+def check_template(model: Any, template: str) -> None:
+    """Check that the Jinja text ``template`` renders a chat on ``model`` (a server's startup check).
+
+    Raises:
+        ConfigError: not text, or llama.cpp cannot parse or render it; the message says why.
+    """
+    if not isinstance(template, str) or not template.strip() or "\0" in template:
+        raise ConfigError("chat_template must be non-empty Jinja text without NUL characters")
+    try:
+        render_jinja(model.handle, [{"role": "user", "content": "Hi"}], template=template)
+    except (ConfigError, PromptError) as exc:
+        raise ConfigError(f"the chat template cannot render a chat: {exc.message}") from None
 
 
 _CONTENT_BEFORE_CALLS = re.compile(r"^(root ::= .*?)\buntil-\d+\??\s+(?:space\s+)?(tool-call)", re.MULTILINE)
@@ -174,6 +198,16 @@ def _call_first(grammar: str) -> str:
     return _CONTENT_BEFORE_CALLS.sub(r"\1\2", grammar, count=1)
 
 
+_CALL_REPEATED = re.compile(r"^(tool-calls ::= )\((tool-call\??) space\)\+$", re.MULTILINE)
+
+
+def _one_call(grammar: str) -> str:
+    """llama.cpp's tool-call grammar, where it repeats the call whatever ``parallel_tool_calls`` says
+    (Qwen 2.5's ``tool-calls ::= (tool-call space)+``), cut to one call: the reply ends after it,
+    where a model would otherwise repeat the call to the end of its budget."""
+    return _CALL_REPEATED.sub(r"\1\2 space", grammar, count=1)
+
+
 def parse_reply(text: str, rendered: RenderedChat, *, partial: bool = False) -> ChatReply:
     """``text`` (the generated reply) parsed with the chat format of ``rendered``.
 
@@ -181,14 +215,90 @@ def parse_reply(text: str, rendered: RenderedChat, *, partial: bool = False) -> 
     ``parallel_tool_calls`` only the first call counts (a small model may
     write more where the format allows them).
     """
-    if not rendered.tools:
-        return ChatReply(text, (), text)
+    parsed = _parse(text, rendered, partial) if rendered.tools else None
+    return parsed if parsed is not None else ChatReply(text, (), text)
+
+
+def _parse(text: str, rendered: RenderedChat, partial: bool) -> ChatReply | None:
+    """``text`` parsed by ``common_chat_parse``, or None where the parser rejects it."""
     try:
         msg = _nj.parse(text, rendered.parser, partial=partial)
     except (ConfigError, GrammarError):
-        return ChatReply(text, (), text)
+        return None
     calls = tuple(ToolCall(c["name"], c["arguments"], c["id"]) for c in msg["tool_calls"])
     return ChatReply(msg["content"], calls if rendered.parallel else calls[:1], text)
+
+
+def new_call_id(call: ToolCall) -> str:
+    """The call's id, or a new random one where its format gives none (as OpenAI's ``call_...``)."""
+    return call.id or "call_" + secrets.token_hex(12)
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class ReplyDelta:
+    """What a streamed reply gained: a piece of its text, or of one call (llama.cpp's ``common_chat_msg_diff``)."""
+
+    content: str = ""
+    """New text of the reply (empty in a call's delta)."""
+    index: int | None = None
+    """The call this delta belongs to; None for text."""
+    name: str = ""
+    """The call's function name, on its first delta only."""
+    id: str = ""
+    """The call's id, on its first delta only."""
+    arguments: str = ""
+    """The next piece of the call's JSON arguments."""
+
+
+class ReplyDiffer:
+    """Turns a reply's text, as it grows, into `ReplyDelta`s, as llama-server streams tool calls.
+
+    Each `update` parses the whole text so far with ``common_chat_parse``
+    (partial while generating, whole at the end) and returns what the parse
+    gained over what was sent: new text, a call's name and id once its
+    arguments start (or the reply ends), then the arguments' new characters.
+    What a later parse takes back (a partial marker shown as text) is never
+    sent, and nothing is sent twice: the deltas of one call, joined, are its
+    arguments as the whole reply's parse gives them whenever each parse
+    extends the one before (llama.cpp's partial parses are built to).
+    Not thread-safe: one differ per streamed reply.
+    """
+
+    __slots__ = ("_rendered", "_content", "_calls")
+
+    def __init__(self, rendered: RenderedChat) -> None:
+        self._rendered = rendered
+        self._content = ""
+        self._calls: list[tuple[str, str]] = []  # per call sent: (id, arguments sent)
+
+    @property
+    def calls(self) -> int:
+        """How many calls were started."""
+        return len(self._calls)
+
+    def update(self, text: str, *, partial: bool) -> list[ReplyDelta]:
+        """The deltas of ``text`` (the whole reply so far) over what was sent; ``partial`` until it is complete."""
+        reply = _parse(text, self._rendered, partial) if self._rendered.tools else None
+        if reply is None:  # rejected: while partial, wait for more; at the end, it is all text
+            reply = ChatReply(text, (), text) if not partial else None
+        if reply is None:
+            return []
+        out: list[ReplyDelta] = []
+        if len(reply.content) > len(self._content) and reply.content.startswith(self._content):
+            out.append(ReplyDelta(content=reply.content[len(self._content):]))
+            self._content = reply.content
+        for i, call in enumerate(reply.tool_calls):
+            if i < len(self._calls):
+                call_id, sent = self._calls[i]
+                if len(call.arguments) > len(sent) and call.arguments.startswith(sent):
+                    out.append(ReplyDelta(index=i, arguments=call.arguments[len(sent):]))
+                    self._calls[i] = (call_id, call.arguments)
+            elif i == len(self._calls) and call.name and (call.arguments or not partial):
+                call_id = new_call_id(call)
+                self._calls.append((call_id, call.arguments))
+                out.append(ReplyDelta(index=i, name=call.name, id=call_id, arguments=call.arguments))
+        return out
 
 
 def chat_prompt(model: Any, messages: Sequence[Mapping[str, Any]], options: dict[str, Any], *,
@@ -226,13 +336,14 @@ def chat_prompt(model: Any, messages: Sequence[Mapping[str, Any]], options: dict
     jinja_options = {"tools": tools, "tool_choice": tool_choice, "template": template,
                      "parallel_tool_calls": parallel_tool_calls}
     rendered = render_jinja(model.handle, messages, **jinja_options)
-    if rendered.grammar is not None:
-        sampling = options.get("sampling")
-        if (options.get("grammar") is not None or options.get("json_schema") is not None
-                or (sampling is not None and sampling.grammar is not None)):
-            raise ConfigError("a required or named tool call has its own grammar; leave grammar= and "
-                              "json_schema= out")
-        call_grammar = {"grammar": rendered.grammar, "grammar_prefill": rendered.parser["generation_prompt"]}
+    sampling = options.get("sampling")
+    own_grammar = (options.get("grammar") is not None or options.get("json_schema") is not None
+                   or (sampling is not None and sampling.grammar is not None))
+    if rendered.grammar is not None and own_grammar and rendered.triggers is None:
+        raise ConfigError("a required or named tool call has its own grammar; leave grammar= and json_schema= out")
+    if rendered.grammar is not None and not own_grammar:  # (under "auto" the caller's grammar wins)
+        call_grammar = {"grammar": rendered.grammar, "grammar_prefill": rendered.parser["generation_prompt"],
+                        "grammar_triggers": rendered.triggers}
         if sampling is not None:  # a Sampling already built (the server's): the grammar goes into it
             options["sampling"] = dataclasses.replace(sampling, **call_grammar)
         else:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -28,10 +29,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from jinja2.sandbox import ImmutableSandboxedEnvironment
-from serve_helpers import http, openai_client, serving
+from serve_helpers import http, openai_client, serving, start_cli_server, TIMEOUT
+from test_serve_cli import cli
 
 import spec_actor
-from spec_actor._tools import parse_reply, render_jinja
+from spec_actor._tools import ReplyDiffer, parse_reply, render_jinja
 from spec_actor.testing import tiny_models
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "native"))
@@ -146,6 +148,22 @@ def _valid_call(call) -> dict:
     return arguments
 
 
+def _joined_calls(chunks) -> list[openai.types.chat.ChatCompletionMessageToolCall]:
+    """A stream's call deltas joined per index; a call's first delta has its id, type and name, the rest not."""
+    calls: dict[int, dict] = {}
+    for chunk in chunks:
+        for delta in (chunk.choices[0].delta.tool_calls or ()) if chunk.choices else ():
+            if delta.index not in calls:
+                assert delta.id and delta.type == "function" and delta.function.name, delta
+                calls[delta.index] = {"id": delta.id, "type": "function",
+                                      "function": {"name": delta.function.name, "arguments": ""}}
+            else:
+                assert not delta.id and not delta.function.name, delta
+            calls[delta.index]["function"]["arguments"] += delta.function.arguments or ""
+    assert sorted(calls) == list(range(len(calls)))
+    return [openai.types.chat.ChatCompletionMessageToolCall.model_validate(calls[i]) for i in sorted(calls)]
+
+
 QUESTIONS = ["What is the weather in Oslo?", "Add 2 and 40.", "Is it raining in Lima?", "What is 7 plus 8?",
              "Weather for Tokyo, please.", "Sum 100 and 23.", "How warm is it in Cairo?", "Compute 5 + 5.",
              "Do I need an umbrella in Dublin?", "What is 12 plus 30?"]
@@ -165,8 +183,7 @@ async def test_required_tool_choice_returns_a_valid_call_on_10_prompts(gemma):
                 chunks = [c async for c in await client.chat.completions.create(
                     model="m", messages=messages, tools=TOOLS, tool_choice="required", max_tokens=120,
                     temperature=0, stream=True)]
-                deltas = [d for c in chunks if c.choices for d in c.choices[0].delta.tool_calls or ()]
-                calls, finish = deltas, chunks[-1].choices[0].finish_reason
+                calls, finish = _joined_calls(chunks), chunks[-1].choices[0].finish_reason
             assert finish == "tool_calls" and len(calls) == 1, (question, calls)
             _valid_call(calls[0])
         # a follow-up turn with the tool's result in the history is accepted and answered
@@ -202,7 +219,7 @@ async def test_actor_chat_with_tools_returns_parsed_calls(gemma):
     assert isinstance(reply, spec_actor.ChatReply) and isinstance(text, str)
     assert len(reply.tool_calls) == 1 and reply.tool_calls[0].name in SCHEMAS
     jsonschema.validate(json.loads(reply.tool_calls[0].arguments), SCHEMAS[reply.tool_calls[0].name])
-    assert "<tool_call>" in reply.raw
+    assert reply.raw.count("<tool_call>") == 1  # one call without parallel_tool_calls: the reply ends after it
 
 
 @pytest.mark.parametrize(("body", "param", "match"), [
@@ -268,3 +285,168 @@ def test_parser_survives_any_reply_text(renders, text, partial):
         assert isinstance(reply.content, str) and reply.raw == text
         for call in reply.tool_calls:
             assert call.name and isinstance(call.arguments, str)
+
+
+async def test_streamed_call_arrives_as_argument_deltas_that_join_to_the_whole_replys(gemma):
+    # As llama-server streams them: each token's partial parse, diffed against what was sent.
+    body = {"model": "m", "messages": [{"role": "user", "content": "What is the weather in Oslo?"}], "tools": TOOLS,
+            "tool_choice": {"type": "function", "function": {"name": "get_weather"}}, "max_tokens": 120,
+            "temperature": 0}
+    async with serving(gemma, n_ctx=2048, chat_template=_template(FAMILIES["qwen2.5"])) as server:
+        client = openai_client(server)
+        whole = await client.chat.completions.create(**body)
+        chunks = [c async for c in await client.chat.completions.create(**body, stream=True)]
+    (want,) = whole.choices[0].message.tool_calls
+    (got,) = _joined_calls(chunks)
+    assert (got.function.name, got.function.arguments) == (want.function.name, want.function.arguments)
+    _valid_call(got)
+    pieces = [d.function.arguments for c in chunks if c.choices for d in c.choices[0].delta.tool_calls or ()
+              if d.function.arguments]
+    assert len(pieces) > 1, pieces
+    assert chunks[-1].choices[0].finish_reason == "tool_calls" and whole.choices[0].finish_reason == "tool_calls"
+
+
+@pytest.mark.parametrize("family", ["qwen2.5", "llama3", "mistral"])
+def test_reply_differ_streams_text_then_the_call_in_pieces(renders, family):
+    # Text before a call streams as text; the call starts with its name and id, then its arguments grow.
+    text = {"qwen2.5": 'Let me check.\n<tool_call>\n{"name": "add", "arguments": {"a": 12, "b": 30}}\n</tool_call>',
+            "llama3": '{"name": "add", "parameters": {"a": 12, "b": 30}}',
+            "mistral": 'Sure.[TOOL_CALLS][{"name": "add", "arguments": {"a": 12, "b": 30}, "id": "abc123def"}]'}[family]
+    rendered = renders[family]
+    whole = parse_reply(text, rendered)
+    differ = ReplyDiffer(rendered)
+    deltas = [d for i in range(1, len(text) + 1) for d in differ.update(text[:i], partial=True)]
+    deltas += differ.update(text, partial=False)
+    assert "".join(d.content for d in deltas if d.index is None) == whole.content
+    (call,) = whole.tool_calls
+    starts = [d for d in deltas if d.name]
+    assert [(d.index, d.name) for d in starts] == [(0, "add")] and starts[0].id
+    assert "".join(d.arguments for d in deltas if d.index == 0) == call.arguments
+    assert sum(1 for d in deltas if d.index == 0 and d.arguments) > 1
+    assert differ.calls == 1 and differ.update(text, partial=False) == []  # nothing is sent twice
+
+
+FEW_SHOT = [  # a history with two calls: the embedded Gemma then starts calls of its own under "auto"
+    {"role": "user", "content": "Weather in Paris?"},
+    {"role": "assistant", "content": "", "tool_calls": [CALL]},
+    {"role": "tool", "tool_call_id": "abc123def", "content": "sunny"},
+    {"role": "assistant", "content": "It is sunny."},
+    {"role": "user", "content": "Add 1 and 2."},
+    {"role": "assistant", "content": "", "tool_calls": [
+        {"id": "fed321cba", "type": "function", "function": {"name": "add", "arguments": '{"a": 1, "b": 2}'}}]},
+    {"role": "tool", "tool_call_id": "fed321cba", "content": "3"},
+    {"role": "assistant", "content": "It is 3."}]
+
+
+async def test_auto_tool_choice_constrains_a_call_once_the_model_starts_it(gemma):
+    # llama-server's lazy grammar: free text until the format's call opening, then a valid call.
+    rendered = render_jinja(gemma.handle, FEW_SHOT + [{"role": "user", "content": "Hi"}], tools=TOOLS,
+                            tool_choice="auto", template=_template(FAMILIES["qwen2.5"]))
+    assert rendered.grammar and rendered.triggers and "<tool_call>" in rendered.triggers
+    calls = []
+    async with spec_actor.open_actor(gemma, n_ctx=2048, n_threads=1) as actor:
+        for question in QUESTIONS:
+            reply = await actor.chat(FEW_SHOT + [{"role": "user", "content": question}], tools=TOOLS,
+                                     tool_choice="auto", template=_template(FAMILIES["qwen2.5"]), max_tokens=160)
+            if "<tool_call>" in reply.raw:
+                assert len(reply.tool_calls) == 1, reply.raw
+                calls.append(reply.tool_calls[0])
+    assert calls, "the model never started a call"
+    for call in calls:
+        jsonschema.validate(json.loads(call.arguments), SCHEMAS[call.name])
+
+
+def test_under_auto_the_callers_schema_wins_over_the_lazy_call_grammar(family_models):
+    qwen, schema = family_models["qwen2.5"], {"type": "object"}
+    messages = [{"role": "user", "content": "Hi"}]
+    _, lazy, _ = spec_actor._tools.chat_prompt(qwen, messages, {}, tools=TOOLS)
+    _, own, _ = spec_actor._tools.chat_prompt(qwen, messages, {"json_schema": schema}, tools=TOOLS)
+    assert lazy["grammar"] and "<tool_call>" in lazy["grammar_triggers"]
+    assert own["json_schema"] == schema and "grammar" not in own and "grammar_triggers" not in own
+    with pytest.raises(spec_actor.ConfigError, match="own grammar"):
+        spec_actor._tools.chat_prompt(qwen, messages, {"json_schema": schema}, tools=TOOLS, tool_choice="required")
+
+
+async def test_a_stream_sends_the_text_before_a_call_as_content_then_the_call(gemma):
+    # The same greedy request whole and streamed: the stream's content and calls, joined, are the whole reply's.
+    body = {"model": "m", "messages": FEW_SHOT + [{"role": "user", "content": "Add 2 and 40."}], "tools": TOOLS,
+            "max_tokens": 160, "temperature": 0}
+    async with serving(gemma, n_ctx=2048, chat_template=_template(FAMILIES["qwen2.5"])) as server:
+        client = openai_client(server)
+        whole = await client.chat.completions.create(**body)
+        chunks = [c async for c in await client.chat.completions.create(**body, stream=True)]
+    message = whole.choices[0].message
+    assert message.content and message.tool_calls, message  # text, then a call (what this test is about)
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == message.content
+    assert [(c.function.name, c.function.arguments) for c in _joined_calls(chunks)] == [
+        (c.function.name, c.function.arguments) for c in message.tool_calls]
+    first_call = next(i for i, c in enumerate(chunks) if c.choices and c.choices[0].delta.tool_calls)
+    assert any(c.choices[0].delta.content for c in chunks[:first_call] if c.choices)
+    assert chunks[-1].choices[0].finish_reason == "tool_calls"
+
+
+async def test_lazy_grammar_applies_from_its_trigger_and_speculation_keeps_the_text(gemma):
+    # A word of the plain reply triggers a grammar: the text up to it is the plain text, what follows
+    # is the grammar's; speculation (auto) gives the same text as plain decoding.
+    prompt = "The capital of France is Paris. The capital of Italy is Rome. The capital of Spain is"
+    async with spec_actor.open_actor(gemma, n_ctx=512, n_threads=1, spec="none") as plain:
+        free = await plain.generate(prompt, max_tokens=40)
+        words = [w for w in free.split() if w.isalpha() and len(w) > 3]
+        assert len(words) > 2, free
+        word = words[2]
+        grammar = f'root ::= "{word}" " [" [0-9]{{1,3}} "]"'
+        triggers = json.dumps([{"type": 1, "value": word}])
+        lazy_plain = await plain.generate(prompt, max_tokens=40, grammar=grammar, grammar_triggers=triggers)
+    async with spec_actor.open_actor(gemma, n_ctx=512, n_threads=1, spec="auto") as spec:
+        lazy_spec = await spec.generate(prompt, max_tokens=40, grammar=grammar, grammar_triggers=triggers)
+    before = free[:free.index(word) + len(word)]
+    assert lazy_plain.startswith(before) and re.fullmatch(r" \[[0-9]{1,3}\]", lazy_plain[len(before):]), lazy_plain
+    assert lazy_spec == lazy_plain
+
+
+@pytest.mark.parametrize(("triggers", "match"), [
+    ('[{"type": 2, "value": "(unclosed"}]', "not a regex"),
+    ('[{"type": 3, "value": "[z-a]"}]', "not a regex"),
+    ('[{"type": 7, "value": "x"}]', "type 7 is unknown"),
+    ('[{"type": 0, "token": -1}]', "not in the vocabulary"),
+    ('[{"type": 0, "token": 99999999}]', "not in the vocabulary"),
+    ('{"type": 1}', "must be an array"),
+    ("not json", "grammar triggers: .*parse error"),
+])
+async def test_bad_grammar_triggers_are_a_config_error_and_the_actor_stays_usable(gemma, triggers, match):
+    async with spec_actor.open_actor(gemma, n_ctx=256, n_threads=1) as actor:
+        with pytest.raises(spec_actor.ConfigError, match=match):
+            await actor.generate("Hi", max_tokens=4, grammar='root ::= "a"', grammar_triggers=triggers)
+        assert await actor.generate("Hi", max_tokens=4)
+
+
+BAD_TEMPLATES = {"unclosed": "{% for m in messages %}{{ m.content }", "empty if": "{% if %}x{% endif %}"}
+
+
+@pytest.mark.parametrize("template", BAD_TEMPLATES.values(), ids=BAD_TEMPLATES)
+async def test_a_server_with_a_bad_chat_template_does_not_start(gemma, template):
+    with pytest.raises(spec_actor.ConfigError, match="chat template cannot render a chat: .*(Parser Error|Unexpected)"):
+        async with serving(gemma, chat_template=template):
+            pass
+
+
+def test_serve_chat_template_file_renders_chats_and_a_bad_file_is_a_startup_error(tmp_path):
+    bad, good = tmp_path / "bad.jinja", tmp_path / "qwen.jinja"
+    bad.write_text(BAD_TEMPLATES["unclosed"])
+    good.write_text(_template(FAMILIES["qwen2.5"]))
+    refused = cli("serve", "--chat-template", str(bad), "--port", "0")
+    missing = cli("serve", "--chat-template", str(tmp_path / "none.jinja"))
+    assert refused.returncode == 2 and "chat template cannot render a chat" in refused.stderr, refused.stderr
+    assert len(refused.stderr.strip().splitlines()) == 1 and "Traceback" not in refused.stderr
+    assert missing.returncode == 2 and "--chat-template: cannot read" in missing.stderr
+    proc, url = start_cli_server("--chat-template", str(good), "-c", "1024")
+    try:
+        client = openai.OpenAI(base_url=f"{url}/v1", api_key="x", max_retries=0, timeout=TIMEOUT)
+        reply = client.chat.completions.create(
+            model="m", messages=[{"role": "user", "content": "Add 2 and 40."}], tools=TOOLS, tool_choice="required",
+            max_tokens=60, temperature=0)
+    finally:
+        proc.kill()
+        proc.wait()
+    (call,) = reply.choices[0].message.tool_calls
+    _valid_call(call)

@@ -57,6 +57,9 @@ def add_parser(sub: Subcommands) -> None:
                    help="evaluate every prompt whole: keep no context between requests (by default an actor "
                         "reuses the longest common token prefix with what it computed before, as a chat's "
                         "history; a timing side channel between the clients of one actor)")
+    p.add_argument("--chat-template", "--chat-template-file", dest="chat_template", metavar="FILE",
+                   help="Jinja chat template file that renders every chat instead of the GGUF's own (as "
+                        "llama-server's --chat-template-file); needed for tools on a GGUF without one")
     p.add_argument("--model-name", metavar="NAME",
                    help="the model id clients see (default: the GGUF file name without .gguf)")
     add_limit_options(p)
@@ -140,6 +143,7 @@ def run(args: argparse.Namespace) -> int:
                        "pip install 'spec_actor[serve]'") from None
     spec = _spec(args)
     limits = limits_from_options(args)  # before the model loads: a bad flag fails at once
+    template = _read_template(args.chat_template)
     model = open_model(args, mtp=spec is not None and spec.is_mtp)
     api_key = args.api_key or _env_key()
     options = {"n_threads": args.threads} if args.threads else {}
@@ -149,7 +153,8 @@ def run(args: argparse.Namespace) -> int:
     async def serve() -> int:
         async with open_server(model, host=args.host, port=args.port, pool=args.pool, spec=spec, api_key=api_key,
                                n_ctx=args.n_ctx, max_queue=args.max_queue, max_body=args.max_body,
-                               model_name=args.model_name, limits=limits, **options) as server:
+                               model_name=args.model_name, limits=limits, chat_template=template,
+                               **options) as server:
             with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
                 print(f"spec-actor: serving {server.state.model_name} on {server.url} "
                       f"(spec {server.pool.actors[0].spec.type}, pool {args.pool}, n_ctx {args.n_ctx}); "
@@ -172,6 +177,22 @@ def _spec(args: argparse.Namespace) -> Spec | None:
     if args.spec is None and args.draft_model is None and args.n_draft is None and not args.spec_param:
         return None
     return spec_from_options(args.spec or ("draft-simple" if args.draft_model else DEFAULT_SPEC), args)
+
+
+def _read_template(path: str | None) -> str | None:
+    """The text of the --chat-template file (checked when the server starts); None without one.
+
+    Raises:
+        CliError: the file cannot be read as UTF-8 text.
+    """
+    if path is None:
+        return None
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read()
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise CliError(f"argument --chat-template: cannot read {path}: {reason}", exit_code=2) from None
 
 
 def _env_key() -> str | None:

@@ -38,6 +38,18 @@ def render(handle: ModelHandle, request: dict[str, Any]) -> dict[str, Any]:
 def parse(text: str, chat: dict[str, Any], *, partial: bool) -> dict[str, Any]:
     """``text`` parsed with ``common_chat_parse``: ``content``, ``reasoning_content``, ``tool_calls``."""
     data = text.encode("utf-8")
-    params = json.dumps({k: chat[k] for k in ("format", "generation_prompt", "parser")}).encode("utf-8")
+    params = chat.get("_parse_key")  # the same text for every parse of a chat: its loaded parser is reused
+    if params is None:
+        params = chat["_parse_key"] = json.dumps({k: chat[k] for k in ("format", "generation_prompt", "parser")},
+                                                 sort_keys=True).encode("utf-8")
     return _json_out(lib.sa_chat_jinja_parse, data, int(partial), params, what="tool call parser",
                      size_hint=2 * len(data) + 4096)
+
+
+def set_grammar_triggers(handle: Any, triggers: str | None) -> None:
+    """The grammar of the session's following runs is lazy, from these triggers (JSON text) on; None: not lazy.
+
+    Raises ConfigError naming a bad trigger (type, token, or a pattern that is not a regex).
+    """
+    check(lib.sa_session_set_grammar_triggers(handle, ffi.NULL if triggers is None else triggers.encode("utf-8")),
+          "grammar triggers")

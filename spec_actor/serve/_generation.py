@@ -19,7 +19,7 @@ import trio
 from .._errors import SpecActorError
 from .._events import Done, Eog, Error, Token
 from .._stats import StatsSnapshot
-from .._tools import RenderedChat, parse_reply
+from .._tools import RenderedChat, ReplyDiffer, parse_reply
 from ..streams import EventStream
 from ._errors import ApiError, api_error_for, shutting_down
 from ._http import Exchange
@@ -28,7 +28,7 @@ from ._responses import Reply
 from ._logprobs import LogprobsShaper
 from ._state import Cancellation, ServerState
 from ._timings import speculation_fields
-from ._tools import tool_calls_json
+from ._tools import delta_json, tool_calls_json
 
 
 __all__ = ["answer"]
@@ -57,6 +57,9 @@ class _Answer:
         self.arrived_at = arrived_at
         self.rendered: RenderedChat | None = prepared.rendered
         """A chat rendered by its Jinja template: how to parse its reply (tool calls)."""
+        self.differ = (ReplyDiffer(self.rendered) if job.stream and self.rendered is not None
+                       and self.rendered.tools else None)
+        """A streamed reply that may hold calls: its text and calls as deltas, as they are generated."""
         self.events = self._open(prepared.tokens, prepared.options)
         self.text: list[str] = []
         self.tokens = 0
@@ -157,10 +160,21 @@ class _Answer:
             self.logprob_tokens.append(ev)
         if not ev.text:
             return
-        if self.job.stream and not self._parses_calls():
+        if self.differ is not None:
+            self.text.append(ev.text)
+            await self._send_deltas(partial=True)
+        elif self.job.stream:
             await self.exchange.send_event(self._with_logprobs(self.reply.piece(ev.text)))
         else:
-            self.text.append(ev.text)  # (streamed replies that may hold calls are parsed when whole)
+            self.text.append(ev.text)
+
+    async def _send_deltas(self, *, partial: bool) -> None:
+        """What the reply's parse gained (text, a call's start, a piece of its arguments), a chunk each."""
+        assert self.differ is not None
+        for delta in self.differ.update("".join(self.text), partial=partial):
+            chunk = self.reply.piece("")
+            chunk["choices"][0]["delta"] = delta_json(delta)
+            await self.exchange.send_event(self._with_logprobs(chunk))
 
     async def _open_stream(self) -> None:
         await self.exchange.start_events()
@@ -177,9 +191,17 @@ class _Answer:
             last = self.events.stats()
             self.prompt_tokens, self.cached_tokens = last.prompt_tokens, last.prompt_reused
         prompt_tokens, cached_tokens = self.prompt_tokens, self.cached_tokens
-        reply = parse_reply("".join(self.text), self.rendered) if self._parses_calls() else None
+        reply = None
+        if self.differ is None and self._parses_calls():
+            reply = parse_reply("".join(self.text), self.rendered)
         if reply is not None and reply.tool_calls:
             reason = "tool_calls"
+        if self.differ is not None:  # the whole reply's parse: what it adds to the stream, then the end
+            if not self.exchange.started:  # not a single token (an immediate end of generation)
+                await self._open_stream()
+            await self._send_deltas(partial=False)
+            if self.differ.calls:
+                reason = "tool_calls"
         self.state.metrics.finished(reason)
         speculation = speculation_fields(self.final_stats or self.events.stats(), self.tokens)
         if not self.job.stream:
@@ -187,19 +209,15 @@ class _Answer:
                                      self.tokens, cached_tokens)
             if reply is not None and reply.tool_calls:
                 whole["choices"][0]["message"] |= {"content": reply.content or None,
-                                                   "tool_calls": tool_calls_json(reply, streamed=False)}
+                                                   "tool_calls": tool_calls_json(reply)}
             await self.exchange.send_json(200, self._with_logprobs(whole) | speculation)
             return
         if not self.exchange.started:  # not a single token (an immediate end of generation)
             await self._open_stream()
-        if reply is not None:  # the parsed reply: its text, then its calls
-            if reply.content:
-                await self.exchange.send_event(self._with_logprobs(self.reply.piece(reply.content)))
-            for call in tool_calls_json(reply, streamed=True):
-                chunk = self.reply.piece("")
-                chunk["choices"][0]["delta"] = {"tool_calls": [call]}
-                await self.exchange.send_event(chunk)
-        await self.exchange.send_event(self.reply.closing(reason) | speculation)
+        closing = self.reply.closing(reason)
+        if self.logprob_tokens:  # tokens that added nothing the stream sent yet
+            closing = self._with_logprobs(closing)
+        await self.exchange.send_event(closing | speculation)
         if self.job.include_usage:
             await self.exchange.send_event(self.reply.usage_chunk(prompt_tokens, self.tokens, cached_tokens) | speculation)
         await self.exchange.end_events()

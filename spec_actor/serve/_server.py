@@ -17,6 +17,7 @@ from .._model import Model
 from .._pool import ActorPool, open_pool
 from .._groups import unwrap_groups
 from .._spec import Spec
+from .._tools import check_template
 from .._errors import ConfigError
 from .._validate import check_int
 from ._app import App, ServerState
@@ -104,7 +105,8 @@ async def open_server(model: Model, *, host: str = "127.0.0.1", port: int = 8080
         context_options: n_threads, n_batch, ... for `open_pool`.
 
     Raises:
-        ConfigError: an option is out of range.
+        ConfigError: an option is out of range, or ``chat_template`` is not
+            a template llama.cpp can render a chat with.
         OSError: the address cannot be bound (in use, not local), before the pool opens.
 
     **Cancellation**: leaving the block stops the server as `Server.stop`
@@ -116,6 +118,8 @@ async def open_server(model: Model, *, host: str = "127.0.0.1", port: int = 8080
     limits = ServeLimits() if limits is None else limits
     if not isinstance(limits, ServeLimits):
         raise ConfigError(f"limits={limits!r} is invalid: expected a spec_actor.serve.ServeLimits")
+    if chat_template is not None:
+        check_template(model, chat_template)
     pool_options = dict(context_options, size=pool, n_ctx=n_ctx, max_queue=max_queue)
     if spec is not None:
         pool_options["spec"] = spec

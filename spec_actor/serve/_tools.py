@@ -3,21 +3,21 @@
 The request's ``tools``, ``tool_choice`` and ``parallel_tool_calls`` are
 checked here (a 400 naming the field); the chat is rendered and the reply
 parsed by `spec_actor._tools` (llama.cpp's common/chat). A reply with calls
-ends with ``finish_reason: "tool_calls"``; a stream sends the reply's text,
-then one delta per call, once the reply is complete (the calls are parsed
-from the whole reply).
+ends with ``finish_reason: "tool_calls"``; a stream sends text and calls as
+they are generated (`spec_actor._tools.ReplyDiffer`): a call's first delta
+has its ``index``, ``id``, ``type`` and ``function.name``, the next ones
+pieces of ``function.arguments``.
 """
 
 from __future__ import annotations
 
-import secrets
 from typing import Any
 
 from .._errors import ConfigError, GrammarError
-from .._tools import ChatReply, ToolCall, check_tools, resolve_tool_choice
+from .._tools import ChatReply, ReplyDelta, ToolCall, check_tools, new_call_id, resolve_tool_choice
 from ._errors import bad_request
 
-__all__ = ["message_fields", "tool_calls_json", "tool_options"]
+__all__ = ["delta_json", "message_fields", "tool_calls_json", "tool_options"]
 
 
 def tool_options(body: dict[str, Any]) -> dict[str, Any]:
@@ -70,12 +70,23 @@ def message_fields(message: dict[str, Any], where: str) -> dict[str, Any]:
     return out
 
 
-def tool_calls_json(reply: ChatReply, streamed: bool) -> list[dict[str, Any]]:
-    """The reply's calls as OpenAI ``tool_calls`` (with ``index`` in a stream's deltas)."""
-    return [_call(i, call, streamed) for i, call in enumerate(reply.tool_calls)]
+def tool_calls_json(reply: ChatReply) -> list[dict[str, Any]]:
+    """The reply's calls as OpenAI ``message.tool_calls``."""
+    return [_call(call) for call in reply.tool_calls]
 
 
-def _call(index: int, call: ToolCall, streamed: bool) -> dict[str, Any]:
-    out = {"id": call.id or "call_" + secrets.token_hex(12), "type": "function",
-           "function": {"name": call.name, "arguments": call.arguments}}
-    return {"index": index, **out} if streamed else out
+def _call(call: ToolCall) -> dict[str, Any]:
+    return {"id": new_call_id(call), "type": "function",
+            "function": {"name": call.name, "arguments": call.arguments}}
+
+
+def delta_json(delta: ReplyDelta) -> dict[str, Any]:
+    """A chat chunk's ``delta`` for ``delta``: text, a call's start, or a piece of its arguments."""
+    if delta.index is None:
+        return {"content": delta.content}
+    if delta.name:
+        call = {"index": delta.index, "id": delta.id, "type": "function",
+                "function": {"name": delta.name, "arguments": delta.arguments}}
+    else:
+        call = {"index": delta.index, "function": {"arguments": delta.arguments}}
+    return {"tool_calls": [call]}
