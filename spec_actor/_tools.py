@@ -157,7 +157,7 @@ def render_jinja(model_handle: Any, messages: Sequence[Mapping[str, Any]], *, to
         raise PromptError(f"messages must be JSON data: {exc}") from None
     # A required (or named) call: the grammar applies from the first token, lazy or not, and
     # the call comes first (decision 0048). Under "auto" it applies lazily, from a trigger on,
-    # as in llama-server (decision 0049).
+    # as in llama-server (decision 0051).
     grammar, triggers = None, None
     if choice == "required" and out["grammar"]:
         grammar = _call_first(out["grammar"])
