@@ -12,15 +12,19 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
 
 namespace sa {
 
 namespace {
 
-// Lengths timed, most telling first: the short ones that most steps verify
-// (where the CPU kernels' block shape shows most, decision 0029), then a
-// spread that fixes the slope; the rest only while the budget lasts.
-constexpr int32_t kOrder[] = {0, 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 5, 7, 10, 14, 20, 28};
+// Lengths timed, most telling first: the plain step, the shortest and the
+// longest draft (the slope's baseline: a burst of load on one short length
+// then moves it little), the short ones that most steps verify (where the
+// CPU kernels' block shape shows most, decision 0029), then a spread; the
+// rest only while the budget lasts. kLongest stands for the longest length.
+constexpr int32_t kLongest = -1;
+constexpr int32_t kOrder[] = {0, 1, kLongest, 2, 3, 4, 8, 6, 16, 12, 24, 5, 7, 10, 14, 20, 28};
 constexpr int32_t kMaxLength = 32;     // longer drafts are priced by the table's last difference
 constexpr int kReps = 3;               // timings per length at most (the least is taken)
 constexpr int64_t kBudgetUs = 400000;  // decoding time the measurement may take...
@@ -61,19 +65,27 @@ void forget(const Key & key) {
                     g_entries.end());
 }
 
-double median(std::vector<double> v) {
+// The value at half the total weight of (value, weight) pairs.
+double weighted_median(std::vector<std::pair<double, double>> v) {
     std::sort(v.begin(), v.end());
-    const size_t m = v.size() / 2;
-    return v.size() % 2 ? v[m] : 0.5 * (v[m - 1] + v[m]);
+    double total = 0, run = 0;
+    for (const auto & p : v) total += p.second;
+    for (const auto & p : v) {
+        run += p.second;
+        if (run >= 0.5 * total) return p.first;
+    }
+    return v.back().first;
 }
 
 // The table by length from the lengths timed. A length's cost is the least
 // of its timings (load only ever adds). Drafted lengths follow a robust line
-// (Theil-Sen: the median slope of all pairs) times a ratio per timed length,
+// (Theil-Sen: the median slope of all pairs, each weighted by how far apart
+// its lengths are, so one slowed short length moves it little) times a ratio per timed length,
 // held within [1/kShapeClip, kShapeClip]: the kernels' block shape moves a
 // length by a third at most (decision 0029), a timing that a busy machine
 // slowed by more is not shape. Lengths not timed are priced by the line;
-// the plain step (another kernel path) is its own timing.
+// the plain step (another kernel path) is its own timing, and bounds the
+// rest: no entry exceeds n + 1 plain steps.
 std::vector<double> fill_table(const std::vector<std::vector<int64_t>> & times) {
     std::vector<double> xs, ys;
     for (size_t n = 1; n < times.size(); ++n) {
@@ -82,20 +94,24 @@ std::vector<double> fill_table(const std::vector<std::vector<int64_t>> & times) 
         ys.push_back((double) *std::min_element(times[n].begin(), times[n].end()));
     }
     const double plain = (double) *std::min_element(times[0].begin(), times[0].end());
-    std::vector<double> slopes, intercepts;
+    std::vector<std::pair<double, double>> slopes, intercepts;
     for (size_t i = 0; i < xs.size(); ++i) {
-        for (size_t j = i + 1; j < xs.size(); ++j) slopes.push_back((ys[j] - ys[i]) / (xs[j] - xs[i]));
+        for (size_t j = i + 1; j < xs.size(); ++j) slopes.emplace_back((ys[j] - ys[i]) / (xs[j] - xs[i]), xs[j] - xs[i]);
     }
     // one drafted length timed: the line goes through it and the plain step
-    const double b = std::max(slopes.empty() ? ys[0] - plain : median(slopes), 0.0);
-    for (size_t i = 0; i < xs.size(); ++i) intercepts.push_back(ys[i] - b * xs[i]);
-    const double a = intercepts.empty() ? plain : std::max(median(intercepts), plain);
+    const double b = std::max(slopes.empty() ? ys[0] - plain : weighted_median(slopes), 0.0);
+    for (size_t i = 0; i < xs.size(); ++i) intercepts.emplace_back(ys[i] - b * xs[i], 1.0);
+    const double a = std::max(weighted_median(intercepts), plain);
     std::vector<double> table(times.size(), plain);
     for (size_t n = 1; n < table.size(); ++n) table[n] = a + b * (double) n;
     for (size_t i = 0; i < xs.size(); ++i) {
         const size_t n = (size_t) xs[i];
         table[n] *= std::clamp(ys[i] / table[n], 1.0 / kShapeClip, kShapeClip);
     }
+    // Verifying n drafted tokens in one batch costs no more than decoding
+    // them one at a time: a dearer entry was slowed by load, and would price
+    // drafting out for the whole process.
+    for (size_t n = 1; n < table.size(); ++n) table[n] = std::min(table[n], (double) (n + 1) * plain);
     return table;
 }
 
@@ -120,7 +136,8 @@ std::vector<double> measure_step_cost(llama_context * ctx, int32_t n_max, int64_
     };
     std::vector<int32_t> order;
     for (int32_t n : kOrder) {
-        if (n <= n_max) order.push_back(n);
+        n = n == kLongest ? n_max : n;
+        if (n <= n_max && std::find(order.begin(), order.end(), n) == order.end()) order.push_back(n);
     }
     for (int32_t n = 0; n <= n_max; ++n) {
         if (std::find(order.begin(), order.end(), n) == order.end()) order.push_back(n);
