@@ -1,6 +1,7 @@
 #include "adaptive.h"
 
 #include <algorithm>
+#include <cmath>
 #include <utility>
 
 namespace sa {
@@ -17,6 +18,16 @@ constexpr double kOutlier = 3.0;            // one step's cost counts at most th
 constexpr double kSlowWeight = 0.25;        // weight of a step slower than predicted
 constexpr double kShapeDecay = 0.95;        // a length's cost ratio follows its last ~20 steps
 constexpr double kShapeWeight = 1.0;        // pseudo-observation of ratio 1 behind each length
+constexpr double kScaleDecay = 0.95;        // the calibrated table's scale follows the last ~20 steps
+constexpr double kScaleWeight = 1.0;        // pseudo-observation of scale 1 behind it
+
+// us_by_length[n], past its end the last difference going on.
+double table_at(const std::vector<double> & table, int32_t n) {
+    const size_t last = table.size() - 1;
+    if ((size_t) n <= last) return table[(size_t) n];
+    const double step = last > 0 ? table[last] - table[last - 1] : 0.0;
+    return table[last] + step * (double) ((size_t) n - last);
+}
 }
 
 void PositionAcceptance::reset(int32_t n_cap, double later_floor) {
@@ -62,11 +73,19 @@ void PositionAcceptance::observe(int32_t n_checked, int32_t n_accepted) {
 
 void StepCost::reset() {
     s_w_ = s_x_ = s_y_ = s_xx_ = s_xy_ = 0;
+    log_scale_ = scale_w_ = 0;
     shape_w_.clear();
     shape_r_.clear();
 }
 
 void StepCost::fix(std::vector<double> us_by_length) { fixed_ = std::move(us_by_length); }
+
+void StepCost::calibrate(std::vector<double> us_by_length) {
+    table_ = std::move(us_by_length);
+    log_scale_ = scale_w_ = 0;
+}
+
+double StepCost::scale() const { return std::exp(log_scale_ / (scale_w_ + kScaleWeight)); }
 
 double StepCost::line(int32_t n) const {
     if (s_w_ <= 0.0) {
@@ -91,17 +110,22 @@ double StepCost::shape(int32_t n) const {
 }
 
 double StepCost::at(int32_t n) const {
-    if (!fixed_.empty()) {
-        const size_t last = fixed_.size() - 1;
-        if ((size_t) n <= last) return fixed_[(size_t) n];
-        const double step = last > 0 ? fixed_[last] - fixed_[last - 1] : 0.0;
-        return fixed_[last] + step * (double) ((size_t) n - last);
-    }
+    if (!fixed_.empty()) return table_at(fixed_, n);
+    if (!table_.empty()) return scale() * table_at(table_, n);
     return line(n) * shape(n);
 }
 
 void StepCost::observe(int32_t n_verified, int64_t us) {
     if (!fixed_.empty() || n_verified < 0) return;
+    if (!table_.empty()) {
+        // One factor for every length, its log a decayed mean (a step counts
+        // at most kOutlier times off the table either way), so the table's
+        // shape stays the measured one whatever the load does.
+        const double r = std::log(std::max((double) us, 1.0) / table_at(table_, n_verified));
+        log_scale_ = log_scale_ * kScaleDecay + std::clamp(r, -std::log(kOutlier), std::log(kOutlier));
+        scale_w_ = scale_w_ * kScaleDecay + 1.0;
+        return;
+    }
     // Timing noise only ever adds (llama.cpp reserving buffers for a new
     // batch size, the OS taking the core): a step counts at most kOutlier
     // times its prediction. The line weighs a step slower than predicted

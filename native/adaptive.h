@@ -55,20 +55,35 @@ private:
 //   matrix kernels work on blocks of rows, so cost is not linear in the batch:
 //   on a 2-core EPYC, verifying 2 drafted tokens (a batch of 3) took longer
 //   than verifying 3 (docs/decisions/0029). The ratio learns that shape.
+//
+// Calibrated (calibrate(), auto's sessions: docs/decisions/0060): the shape
+// is a table measured once per model and thread count, and the steps only
+// scale it, by one decayed factor that follows the machine's load.
 class StepCost {
 public:
+    // Forgets what was learned online (the line, the shape, the scale); a
+    // calibrated or fixed table stays.
     void reset();
     // Cost of a step verifying n draft tokens; relative units until measured.
     double at(int32_t n) const;
     void observe(int32_t n_verified, int64_t us);
-    bool measured() const { return !fixed_.empty() || s_w_ > 0.0; }
+    bool measured() const { return !fixed_.empty() || !table_.empty() || s_w_ > 0.0; }
     // Tests and benchmarks: a fixed cost, us_by_length[n] for a step verifying
     // n drafted tokens (past its end, the last difference goes on), so that
     // what the chooser does no longer depends on the machine's load.
     void fix(std::vector<double> us_by_length);
+    bool fixed() const { return !fixed_.empty(); }
+    // The measured cost by draft length (as fix's table), from now on only
+    // scaled by the steps observed; scale 1 until a step was observed.
+    void calibrate(std::vector<double> us_by_length);
+    bool calibrated() const { return !table_.empty(); }
+    // The factor the calibrated table is priced at now (1 when not calibrated).
+    double scale() const;
 
 private:
     std::vector<double> fixed_;
+    std::vector<double> table_;            // calibrated shape (us)
+    double log_scale_ = 0, scale_w_ = 0;   // decayed sum of log(measured / table) and its weight
     double s_w_ = 0, s_x_ = 0, s_y_ = 0, s_xx_ = 0, s_xy_ = 0;
     std::vector<double> shape_w_, shape_r_;  // per length: decayed weight and weighted ratio sum
 

@@ -25,6 +25,7 @@
 
 #include <array>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 namespace sa {
@@ -66,6 +67,14 @@ public:
 
     // Tests and benchmarks: fixes the step cost (StepCost::fix) for the rest of the session.
     void fix_step_cost(std::vector<double> us_by_length) { verify_.fix(std::move(us_by_length)); }
+    bool step_cost_fixed() const { return verify_.fixed(); }
+    // The step cost's shape from now on (step_cost_calibration.h), scaled online.
+    void calibrate_step_cost(std::shared_ptr<const std::vector<double>> table) {
+        calibration_ = std::move(table);
+        verify_.calibrate(*calibration_);
+    }
+    const std::shared_ptr<const std::vector<double>> & step_cost_table() const { return calibration_; }
+    const StepCost & step_cost() const { return verify_; }
 
 
 private:
@@ -100,6 +109,7 @@ private:
     int32_t n_cap_ = 0;
     TokenMemory * memory_ = nullptr;
     StepCost verify_;
+    std::shared_ptr<const std::vector<double>> calibration_;  // the table verify_ was calibrated with
     double sample_us_ = 0;  // decayed mean sampling time per token made
     llama_tokens proposal_;  // the memory's, before it goes to its arm
     uint64_t steps_ = 0;

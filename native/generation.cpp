@@ -1,4 +1,5 @@
 #include "generation.h"
+#include "step_cost_calibration.h"
 #include "checks.h"
 #include "checkpoint.h"
 #include "event_batch.h"
@@ -178,6 +179,8 @@ sa_status Run::execute() {
     s_.memory.set_capacity((size_t) s_.memory_capacity.load());
     fresh_ = forget || s_.memory.capacity() == 0;
     n_reused_ = s_.prefix.resume(s_, p_.prompt, p_.n_prompt, forget);
+    threads_.refresh();
+    calibrate_step_cost(s_);  // auto's step-cost table, measured once per process (before the prefill)
     s_.stats.begin_run(t_start_, (uint64_t) p_.n_prompt, (uint64_t) n_reused_);
     prompt_tgt_.reserve(n_ctx_);
     const std::optional<sa_status> ended = prefill();

@@ -349,6 +349,20 @@ sa_status sa_testing_choose_offer(const double * expected, const int32_t * n_max
  * query[j] drafted tokens in out[j]. No session: a probe of the model alone. */
 sa_status sa_testing_step_cost(const int32_t * n_verified, const int64_t * us, int32_t count,
                                const int32_t * query, int32_t n_query, double * out);
+/* As sa_testing_step_cost, the model first calibrated with the table
+ * us_by_length[0..n_table-1] (what auto's sessions get from their one
+ * measurement, docs/decisions/0060): the steps then only scale it. */
+sa_status sa_testing_calibrated_step_cost(const double * us_by_length, int32_t n_table, const int32_t * n_verified,
+                                          const int64_t * us, int32_t count, const int32_t * query, int32_t n_query,
+                                          double * out);
+/* Step-cost tables that auto sessions measured in this process so far (each
+ * model and thread count is measured once; later sessions reuse its table). */
+uint64_t sa_testing_step_cost_calibrations(void);
+/* Spec "auto" only, between runs: the session's step cost now, out[n] for a
+ * step verifying n = 0..n_out-1 drafted tokens; *calibrated: 1 when it is a
+ * measured table (times *scale, its online factor), 0 when learned online or fixed. */
+sa_status sa_testing_auto_step_cost(const sa_session * session, double * out, int32_t n_out, int32_t * calibrated,
+                                    double * scale);
 /* Feeds a fresh acceptance model (per draft position, as "auto" keeps one per
  * drafter) count checked drafts, (n_checked[i] positions compared,
  * n_accepted[i] of them accepted) in order, then stores in out[0..n_cap] the

@@ -4,6 +4,7 @@
 #include "adaptive.h"
 #include "auto_drafter.h"
 #include "session.h"
+#include "step_cost_calibration.h"
 
 #include "common.h"
 
@@ -132,6 +133,18 @@ extern "C" sa_status sa_testing_choose_offer(const double * expected, const int3
 
 extern "C" sa_status sa_testing_step_cost(const int32_t * n_verified, const int64_t * us, int32_t count,
                                           const int32_t * query, int32_t n_query, double * out) {
+    return sa_testing_calibrated_step_cost(nullptr, 0, n_verified, us, count, query, n_query, out);
+}
+
+extern "C" sa_status sa_testing_calibrated_step_cost(const double * us_by_length, int32_t n_table,
+                                                     const int32_t * n_verified, const int64_t * us, int32_t count,
+                                                     const int32_t * query, int32_t n_query, double * out) {
+    if (n_table < 0 || n_table > SA_MAX_DRAFT_POS + 1 || (n_table > 0 && us_by_length == nullptr)) {
+        return fail(SA_ERR_INVALID_ARG, "sa_testing_step_cost: the table needs 0..SA_MAX_DRAFT_POS+1 costs");
+    }
+    for (int32_t i = 0; i < n_table; ++i) {
+        if (!(us_by_length[i] > 0)) return fail(SA_ERR_INVALID_ARG, "sa_testing_step_cost: costs must be positive");
+    }
     if (count < 0 || n_query < 0 || (count > 0 && (n_verified == nullptr || us == nullptr)) ||
         (n_query > 0 && (query == nullptr || out == nullptr))) {
         return fail(SA_ERR_INVALID_ARG, "sa_testing_step_cost: null argument or negative count");
@@ -147,6 +160,7 @@ extern "C" sa_status sa_testing_step_cost(const int32_t * n_verified, const int6
         }
     }
     sa::StepCost cost;
+    if (n_table > 0) cost.calibrate(std::vector<double>(us_by_length, us_by_length + n_table));
     for (int32_t i = 0; i < count; ++i) cost.observe(n_verified[i], us[i]);
     for (int32_t j = 0; j < n_query; ++j) out[j] = cost.at(query[j]);
     return SA_OK;
@@ -186,5 +200,21 @@ extern "C" sa_status sa_testing_threads_in_use(const sa_session * s, int32_t * n
 extern "C" sa_status sa_testing_fail_decode(sa_session * s, int32_t n) {
     if (s == nullptr || n < 0) return fail(SA_ERR_INVALID_ARG, "sa_testing_fail_decode: null session or n < 0");
     s->fail_decode_at.store(n);
+    return SA_OK;
+}
+
+extern "C" uint64_t sa_testing_step_cost_calibrations(void) { return sa::step_cost_calibrations(); }
+
+extern "C" sa_status sa_testing_auto_step_cost(const sa_session * s, double * out, int32_t n_out, int32_t * calibrated,
+                                               double * scale) {
+    if (s == nullptr || out == nullptr || calibrated == nullptr || scale == nullptr || n_out < 1) {
+        return fail(SA_ERR_INVALID_ARG, "sa_testing_auto_step_cost: null argument or n_out < 1");
+    }
+    const auto * autod = dynamic_cast<const AutoDrafter *>(s->drafter.get());
+    if (autod == nullptr) return fail(SA_ERR_INVALID_ARG, "sa_testing_auto_step_cost: the session's spec is not auto");
+    const StepCost & cost = autod->step_cost();
+    for (int32_t n = 0; n < n_out; ++n) out[n] = cost.at(n);
+    *calibrated = cost.calibrated() && !cost.fixed() ? 1 : 0;
+    *scale = cost.scale();
     return SA_OK;
 }

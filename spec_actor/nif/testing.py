@@ -59,19 +59,40 @@ def threads_in_use(handle: SessionHandle) -> tuple[int, int]:
     return n[0], n_batch[0]
 
 
-def step_cost(observed: list[tuple[int, int]], query: list[int]) -> list[float]:
+def step_cost(observed: list[tuple[int, int]], query: list[int],
+              calibrated: list[float] | None = None) -> list[float]:
     """Predicted step costs (us) of a fresh step-cost model after ``observed``.
 
     ``observed``: (drafted tokens verified, microseconds) per step, in order;
     ``query``: the draft lengths to predict. The model is the one ``auto`` and
     ``n_draft="auto"`` price draft lengths with; no session is involved.
+    ``calibrated``: the model first gets this table (us by draft length), as
+    auto's sessions get their measured one, and the steps only scale it.
     """
     n = ffi.new("int32_t[]", [o[0] for o in observed] or [0])
     us = ffi.new("int64_t[]", [o[1] for o in observed] or [0])
     q = ffi.new("int32_t[]", query or [0])
     out = ffi.new("double[]", max(len(query), 1))
-    check(lib.sa_testing_step_cost(n, us, len(observed), q, len(query), out), "step cost")
+    table = calibrated or []
+    buf = ffi.new("double[]", table or [0.0])
+    check(lib.sa_testing_calibrated_step_cost(buf, len(table), n, us, len(observed), q, len(query), out), "step cost")
     return [out[j] for j in range(len(query))]
+
+
+def step_cost_calibrations() -> int:
+    """Step-cost tables measured by auto sessions in this process (one per model and thread count)."""
+    return int(lib.sa_testing_step_cost_calibrations())
+
+
+def auto_step_cost(handle: SessionHandle, n: int = 33) -> tuple[list[float], bool, float]:
+    """An auto session's step cost for 0..n-1 drafted tokens, whether it is a calibrated table, and its scale.
+
+    Call between runs.
+    """
+    out = ffi.new("double[]", n)
+    cal, scale = ffi.new("int32_t *"), ffi.new("double *")
+    check(lib.sa_testing_auto_step_cost(handle, out, n, cal, scale), "auto step cost")
+    return [out[i] for i in range(n)], bool(cal[0]), scale[0]
 
 
 def expected_tokens(checked: list[tuple[int, int]], n_cap: int, *, later_floor: float = 0.0,

@@ -1,0 +1,211 @@
+#include "step_cost_calibration.h"
+
+#include "auto_drafter.h"
+#include "session.h"
+
+#include "common.h"
+#include "ggml.h"
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <utility>
+
+namespace sa {
+
+namespace {
+
+// Lengths timed, most telling first: the plain step, the shortest and the
+// longest draft (the slope's baseline: a burst of load on one short length
+// then moves it little), the short ones that most steps verify (where the
+// CPU kernels' block shape shows most, decision 0029), then a spread; the
+// rest only while the budget lasts. kLongest stands for the longest length.
+constexpr int32_t kLongest = -1;
+constexpr int32_t kOrder[] = {0, 1, kLongest, 2, 3, 4, 8, 6, 16, 12, 24, 5, 7, 10, 14, 20, 28};
+constexpr int32_t kMaxLength = 32;     // longer drafts are priced by the table's last difference
+constexpr int kReps = 3;               // timings per length at most (the least is taken)
+constexpr int64_t kBudgetUs = 400000;  // decoding time the measurement may take...
+constexpr int64_t kBudgetSteps = 16;   // ...or this many plain steps, whichever is longer
+constexpr int64_t kBudgetMaxUs = 3000000;  // ...but never more than this, however slow the steps
+constexpr double kShapeClip = 1.5;     // a timed length's cost is at most this far off the line
+constexpr size_t kMaxEntries = 64;     // tables kept (the oldest goes first)
+
+struct Key {
+    const llama_model * model;
+    std::string path;
+    int32_t n_threads, n_threads_batch, n_max;
+    bool operator==(const Key & o) const {
+        return model == o.model && path == o.path && n_threads == o.n_threads &&
+               n_threads_batch == o.n_threads_batch && n_max == o.n_max;
+    }
+};
+
+struct Entry {
+    Key key;
+    std::shared_ptr<const std::vector<double>> table;  // null while a session measures it
+};
+
+std::mutex g_mutex;
+std::condition_variable g_measured;
+std::vector<Entry> g_entries;
+std::atomic<uint64_t> g_calibrations{0};
+
+Entry * find(const Key & key) {
+    for (Entry & e : g_entries) {
+        if (e.key == key) return &e;
+    }
+    return nullptr;
+}
+
+void forget(const Key & key) {
+    g_entries.erase(std::remove_if(g_entries.begin(), g_entries.end(), [&](const Entry & e) { return e.key == key; }),
+                    g_entries.end());
+}
+
+// The value at half the total weight of (value, weight) pairs.
+double weighted_median(std::vector<std::pair<double, double>> v) {
+    std::sort(v.begin(), v.end());
+    double total = 0, run = 0;
+    for (const auto & p : v) total += p.second;
+    for (const auto & p : v) {
+        run += p.second;
+        if (run >= 0.5 * total) return p.first;
+    }
+    return v.back().first;
+}
+
+// The table by length from the lengths timed. A length's cost is the least
+// of its timings (load only ever adds). Drafted lengths follow a robust line
+// (Theil-Sen: the median slope of all pairs, each weighted by how far apart
+// its lengths are, so one slowed short length moves it little) times a ratio per timed length,
+// held within [1/kShapeClip, kShapeClip]: the kernels' block shape moves a
+// length by a third at most (decision 0029), a timing that a busy machine
+// slowed by more is not shape. Lengths not timed are priced by the line;
+// the plain step (another kernel path) is its own timing, and bounds the
+// rest: no entry exceeds n + 1 plain steps.
+std::vector<double> fill_table(const std::vector<std::vector<int64_t>> & times) {
+    std::vector<double> xs, ys;
+    for (size_t n = 1; n < times.size(); ++n) {
+        if (times[n].empty()) continue;
+        xs.push_back((double) n);
+        ys.push_back((double) *std::min_element(times[n].begin(), times[n].end()));
+    }
+    const double plain = (double) *std::min_element(times[0].begin(), times[0].end());
+    std::vector<std::pair<double, double>> slopes, intercepts;
+    for (size_t i = 0; i < xs.size(); ++i) {
+        for (size_t j = i + 1; j < xs.size(); ++j) slopes.emplace_back((ys[j] - ys[i]) / (xs[j] - xs[i]), xs[j] - xs[i]);
+    }
+    // one drafted length timed: the line goes through it and the plain step
+    const double b = std::max(slopes.empty() ? ys[0] - plain : weighted_median(slopes), 0.0);
+    for (size_t i = 0; i < xs.size(); ++i) intercepts.emplace_back(ys[i] - b * xs[i], 1.0);
+    const double a = std::max(weighted_median(intercepts), plain);
+    std::vector<double> table(times.size(), plain);
+    for (size_t n = 1; n < table.size(); ++n) table[n] = a + b * (double) n;
+    for (size_t i = 0; i < xs.size(); ++i) {
+        const size_t n = (size_t) xs[i];
+        table[n] *= std::clamp(ys[i] / table[n], 1.0 / kShapeClip, kShapeClip);
+    }
+    // Verifying n drafted tokens in one batch costs no more than decoding
+    // them one at a time: a dearer entry was slowed by load, and would price
+    // drafting out for the whole process.
+    for (size_t n = 1; n < table.size(); ++n) table[n] = std::min(table[n], (double) (n + 1) * plain);
+    return table;
+}
+
+}  // namespace
+
+std::vector<double> measure_step_cost(llama_context * ctx, int32_t n_max, int64_t budget_us,
+                                      const std::atomic<bool> & cancel) {
+    llama_memory_t mem = llama_get_memory(ctx);
+    const int32_t n_vocab = llama_vocab_n_tokens(llama_model_get_vocab(llama_get_model(ctx)));
+    common_batch batch(ctx);
+    // One batch verifying n drafted tokens at the start of the sequence, its
+    // time in us; -1: cancelled or failed.
+    auto time_step = [&](int32_t n) -> int64_t {
+        batch.clear();
+        for (int32_t i = 0; i <= n; ++i) batch.add((llama_token) ((1000 + 7919 * i) % n_vocab), i, 0, true);
+        const int64_t t0 = ggml_time_us();
+        const int32_t ret = llama_process(ctx, LLAMA_PROCESS_TYPE_DECODE, batch.get());
+        llama_synchronize(ctx);
+        const int64_t dt = ggml_time_us() - t0;
+        llama_memory_clear(mem, false);
+        return ret == 0 ? dt : -1;
+    };
+    std::vector<int32_t> order;
+    for (int32_t n : kOrder) {
+        n = n == kLongest ? n_max : n;
+        if (n <= n_max && std::find(order.begin(), order.end(), n) == order.end()) order.push_back(n);
+    }
+    for (int32_t n = 0; n <= n_max; ++n) {
+        if (std::find(order.begin(), order.end(), n) == order.end()) order.push_back(n);
+    }
+    std::vector<std::vector<int64_t>> times((size_t) n_max + 1);
+    std::vector<double> table;
+    if (time_step(0) < 0) return table;  // warm-up: the context's first decode allocates
+    const int64_t t_start = ggml_time_us();
+    for (int rep = 0; rep < kReps; ++rep) {
+        for (int32_t n : order) {
+            if (cancel.load(std::memory_order_relaxed)) return table;
+            if (!times[0].empty()) {
+                // a length not timed yet is guessed from the line through
+                // the plain step and the longest one timed
+                const double t0 = (double) *std::min_element(times[0].begin(), times[0].end());
+                const double budget = std::clamp(t0 * kBudgetSteps, (double) budget_us, (double) kBudgetMaxUs);
+                int32_t far = 0;
+                for (int32_t k = 0; k <= n_max; ++k) if (!times[(size_t) k].empty()) far = k;
+                const double tf = (double) times[(size_t) far].front();
+                const double guess = times[(size_t) n].empty() ? t0 + (far > 0 ? (tf - t0) / far : 0.5 * t0) * n
+                                                               : (double) times[(size_t) n].back();
+                if ((double) (ggml_time_us() - t_start) + guess > budget && n > 1) continue;
+            }
+            const int64_t dt = time_step(n);
+            if (dt < 0) return table;
+            times[(size_t) n].push_back(dt);
+        }
+    }
+    return fill_table(times);
+}
+
+void calibrate_step_cost(sa_session & s) {
+    auto * autod = dynamic_cast<AutoDrafter *>(s.drafter.get());
+    if (autod == nullptr || autod->step_cost_fixed()) return;
+    const Key key{s.model->model, s.model->path, llama_n_threads(s.ctx_tgt), llama_n_threads_batch(s.ctx_tgt),
+                  std::min(s.plan.n_verify, kMaxLength)};
+    std::unique_lock<std::mutex> lock(g_mutex);
+    Entry * e = find(key);
+    while (e != nullptr && e->table == nullptr) {  // another session is measuring it
+        if (s.cancelled()) return;
+        g_measured.wait_for(lock, std::chrono::milliseconds(20));
+        e = find(key);
+    }
+    if (e != nullptr) {
+        if (autod->step_cost_table() != e->table) autod->calibrate_step_cost(e->table);
+        return;
+    }
+    if (llama_memory_seq_pos_max(llama_get_memory(s.ctx_tgt), 0) >= 0) return;  // not empty: a later run
+    if (g_entries.size() >= kMaxEntries) {  // the oldest measured table goes
+        auto old = std::find_if(g_entries.begin(), g_entries.end(), [](const Entry & x) { return x.table != nullptr; });
+        if (old != g_entries.end()) g_entries.erase(old);
+    }
+    g_entries.push_back({key, nullptr});
+    lock.unlock();
+    std::vector<double> table = measure_step_cost(s.ctx_tgt, key.n_max, kBudgetUs, s.cancel);
+    clear_memory(s.ctx_tgt);
+    lock.lock();
+    if (table.empty()) {
+        forget(key);
+    } else {
+        auto shared = std::make_shared<const std::vector<double>>(std::move(table));
+        if (Entry * mine = find(key)) mine->table = shared;
+        g_calibrations.fetch_add(1);
+        autod->calibrate_step_cost(shared);
+    }
+    g_measured.notify_all();
+}
+
+uint64_t step_cost_calibrations() { return g_calibrations.load(); }
+
+}  // namespace sa

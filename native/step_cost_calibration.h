@@ -1,0 +1,38 @@
+// Spec("auto")'s step-cost table, measured once per model and thread count in
+// a process (docs/decisions/0060): a run whose target context is empty times
+// verification batches of 1..n+1 tokens on it, the table goes to a
+// process-wide registry, and every auto session of that model and thread
+// count prices draft lengths with it, scaled online (StepCost::calibrate).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <vector>
+
+struct llama_context;
+
+struct sa_session;
+
+namespace sa {
+
+// At a run's start, before its prefill: hands the session's auto drafter the
+// calibrated table for the thread counts its target uses now, measuring it
+// first when no session of this process has (the contexts are left empty as
+// they were). Does nothing without an auto drafter, with a fixed step cost
+// (the testing probes), when the drafter has this table already, or when
+// the table is missing and the target is not empty (a later run measures it).
+// A cancel stops the measuring; nothing is cached then.
+void calibrate_step_cost(sa_session & s);
+
+// Times verification batches on ctx (empty on entry and on return): the
+// cost in us of a step verifying n drafted tokens for n = 0..n_max, from
+// about budget_us of timing (or 16 plain steps, at most 3 s); lengths not
+// timed are priced by a line through the others. Empty when cancelled or a
+// decode failed.
+std::vector<double> measure_step_cost(llama_context * ctx, int32_t n_max, int64_t budget_us,
+                                      const std::atomic<bool> & cancel);
+
+// Tables measured in this process so far (testing: counts measurements, not lookups).
+uint64_t step_cost_calibrations();
+
+}  // namespace sa

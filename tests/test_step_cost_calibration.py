@@ -1,0 +1,137 @@
+"""Spec("auto")'s step-cost table: measured once per model and thread count, then only scaled (docs/decisions/0060).
+
+The first auto run of a model at a thread count times verification batches
+on its own (empty) context; every later auto session of that model and
+thread count in the process reuses the table, and each session's steps only
+scale it by one factor. The counts come from a process-wide counter of
+measurements, the tables from the sessions' own cost models; no timing is
+asserted. Each test loads its own copy of a tiny model, so no other test of
+the run has measured it before.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from tiny_model_fixtures import tiny_paths  # noqa: F401 - fixture, found by pytest here
+
+import spec_actor
+from spec_actor import Session
+from spec_actor.nif import testing as nt
+
+PROMPT = "the cat and the dog and the cat and the dog and the cat and the"
+N = 48
+N_CTX = 512
+
+# Shaped like decision 0029's table (us by drafted tokens): not linear, an odd batch dearer than the next.
+TABLE = [23_000.0, 37_000.0, 66_000.0, 54_000.0, 79_000.0, 66_000.0, 93_000.0, 85_000.0, 111_000.0]
+
+
+def fresh(path) -> spec_actor.Model:
+    """A model object of its own: its tables are not in the registry yet."""
+    return spec_actor.load_model(path)
+
+
+def generate(model: spec_actor.Model, *, n_threads: int = 1,
+             cost: list[float] | None = None) -> tuple[tuple[int, ...], list[float], bool, float]:
+    """Greedy tokens of one auto run on a new session, and the session's step cost after it (auto_step_cost)."""
+    with Session(model, spec="auto", n_ctx=N_CTX, n_threads=n_threads) as session:
+        if cost is not None:
+            nt.fix_step_cost_table(session._handle, cost)
+        result = session.run(PROMPT, max_tokens=N, temp=0.0)
+        assert result.status == "done", result.terminal
+        return (result.tokens, *nt.auto_step_cost(session._handle))
+
+
+def test_measured_once_per_model_and_thread_count_then_reused(tiny_paths):
+    model = fresh(tiny_paths.mtp)
+    before = nt.step_cost_calibrations()
+    _, table, calibrated, _ = generate(model)
+    assert calibrated and nt.step_cost_calibrations() == before + 1
+    for _ in range(2):  # later sessions, and a session's later runs, measure nothing
+        _, again, calibrated, scale = generate(model)
+        assert calibrated and nt.step_cost_calibrations() == before + 1
+        # the same table, each session with its own scale
+        assert [a / again[0] for a in again] == pytest.approx([t / table[0] for t in table], rel=1e-9)
+    generate(model, n_threads=2)  # another thread count is another table
+    assert nt.step_cost_calibrations() == before + 2
+    generate(fresh(tiny_paths.mtp))  # another model object (it may be offloaded differently)
+    assert nt.step_cost_calibrations() == before + 3
+
+
+def test_sessions_starting_together_measure_once(tiny_paths):
+    model = fresh(tiny_paths.target)
+    before = nt.step_cost_calibrations()
+    tables: list[list[float]] = []
+    errors: list[BaseException] = []
+
+    def worker() -> None:
+        try:
+            _, table, calibrated, _ = generate(model)
+            assert calibrated
+            tables.append([t / table[0] for t in table])
+        except BaseException as e:  # noqa: BLE001 - handed to the test thread
+            errors.append(e)
+
+    threads = [threading.Thread(target=worker) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    assert nt.step_cost_calibrations() == before + 1
+    assert len(tables) == 3 and tables[1] == pytest.approx(tables[0]) and tables[2] == pytest.approx(tables[0])
+
+
+def test_the_measured_table_is_positive_and_rises_with_the_draft(tiny_paths):
+    _, shape, calibrated, scale = generate(fresh(tiny_paths.target))
+    assert calibrated and scale > 0
+    assert all(t > 0 for t in shape)
+    # The drafted lengths lie within 1.5x of a non-decreasing line: a length
+    # never costs more than 2.25x a longer one.
+    for m in range(1, len(shape)):
+        for n in range(m + 1, len(shape)):
+            assert shape[m] <= 2.25 * shape[n], (m, n, shape)
+
+
+def test_the_steps_only_scale_the_table():
+    query = list(range(len(TABLE) + 4))  # past the table too (its last difference goes on)
+    unscaled = nt.step_cost([], query, calibrated=TABLE)
+    assert unscaled[: len(TABLE)] == pytest.approx(TABLE)
+    # a machine twice as slow, seen at a few lengths only
+    slow = [(n, int(2 * TABLE[n])) for n in (0, 1, 3) * 80]
+    predicted = nt.step_cost(slow, query, calibrated=TABLE)
+    assert predicted[0] == pytest.approx(2 * TABLE[0], rel=0.05)
+    for n in query:  # every length, seen or not, keeps its ratio to the others
+        assert predicted[n] / predicted[0] == pytest.approx(unscaled[n] / unscaled[0], rel=1e-9), n
+    assert predicted[2] > predicted[3]  # the shape a line would lose
+
+
+def test_a_single_slow_step_moves_the_scale_little():
+    steady = [(n, int(TABLE[n])) for n in (0, 1, 2, 4) * 20]
+    before = nt.step_cost(steady, [3], calibrated=TABLE)[0]
+    after = nt.step_cost([*steady, (4, int(20 * TABLE[4]))], [3], calibrated=TABLE)[0]
+    assert before == pytest.approx(TABLE[3], rel=1e-6)
+    assert before < after < 1.1 * before
+
+
+def test_a_fixed_step_cost_is_kept_and_measures_nothing(tiny_paths):
+    model = fresh(tiny_paths.mtp)
+    fixed = [1000.0 + 100.0 * n for n in range(33)]
+    before = nt.step_cost_calibrations()
+    _, cost, calibrated, _ = generate(model, cost=fixed)
+    assert not calibrated and cost == fixed
+    assert nt.step_cost_calibrations() == before
+
+
+def test_measuring_leaves_a_recurrent_context_as_it_was(tiny_paths):
+    """On the hybrid model the first auto run measures on its recurrent state; output equals plain's."""
+    model = spec_actor.load_model(tiny_paths.hybrid, load_mtp=True)
+    with Session(model, spec="none", n_ctx=N_CTX, n_threads=1) as session:
+        plain = session.run(PROMPT, max_tokens=N, temp=0.0).tokens
+    before = nt.step_cost_calibrations()
+    measured_first, _, calibrated, _ = generate(model)
+    assert calibrated and nt.step_cost_calibrations() == before + 1
+    reused, *_ = generate(model)
+    assert measured_first == plain == reused
