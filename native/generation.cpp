@@ -92,7 +92,8 @@ int32_t Sequence::plan(common_batch & batch, int32_t room) {
     if (phase_ == Phase::Prefill) {
         if (!plan_prefill(batch, room)) return batch.size() - n0;
         if (i_chunk1_ > i_chunk0_) {
-            if (!merges_prompt_and_verify()) return batch.size() - n0;  // complete() begins decoding
+            // complete() begins decoding when the verification cannot join this decode
+            if (!merges_prompt_and_verify() || batch.size() - n0 >= room) return batch.size() - n0;
             // the last chunk and the first verification share this decode (time to first token)
             prompt_tgt_.insert(prompt_tgt_.end(), p_.prompt + i_chunk0_, p_.prompt + i_chunk1_);
         }
