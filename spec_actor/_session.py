@@ -468,7 +468,7 @@ class _Collector:
         self.tokens: list[int] = []
         self.terminal: Done | Eog | Error | None = None
 
-    def __call__(self, data: bytes) -> bool:
+    def __call__(self, data: bytes) -> bool | str:
         events: list[Event] = []
         for raw in self._decoder.decode(data):
             if isinstance(raw, RawToken):
@@ -482,7 +482,8 @@ class _Collector:
                 self.terminal = raw
             events.append(raw)
         if self._sink is not None:
-            return self._sink(events) is not False
+            answer = self._sink(events)
+            return answer if answer is PAUSE_SEQUENCE else answer is not False
         return True
 
     def _flush_into(self, events: list[Event]) -> None:
