@@ -388,13 +388,12 @@ async def open_actor(model: Model, *, spec: Spec | str = DEFAULT_SPEC, n_ctx: in
     ensure_trio("open_actor")
     check_actor_options(model, max_queue, stream_buffer, context_options)
     make = functools.partial(Session, model, spec=spec, n_ctx=n_ctx, **context_options)
-    with unwrap_groups():
-        session = await trio.to_thread.run_sync(make)
-        try:
-            async with serve_session(session, max_queue=max_queue, stream_buffer=stream_buffer) as actor:
-                yield actor
-        finally:
-            session.close()  # the actor's task closed it already, unless the actor was never made
+    session = await trio.to_thread.run_sync(make)
+    try:
+        async with serve_session(session, max_queue=max_queue, stream_buffer=stream_buffer) as actor:
+            yield actor
+    finally:
+        session.close()  # the actor's task closed it already, unless the actor was never made
 
 
 def check_actor_options(model: Model, max_queue: int, stream_buffer: int, context_options: dict[str, Any]) -> None:
@@ -416,9 +415,10 @@ async def serve_session(session: Any, *, max_queue: int, stream_buffer: int) -> 
     Leaving the block closes the actor and waits for its worker thread;
     the caller frees the session.
     """
-    async with trio.open_nursery() as nursery:
-        actor = GenerationActor(session, nursery, max_queue=max_queue, buffer=stream_buffer)
-        try:
-            yield actor
-        finally:
-            actor.close()
+    with unwrap_groups():  # the error of the body or the actor, not a group of our nursery
+        async with trio.open_nursery() as nursery:
+            actor = GenerationActor(session, nursery, max_queue=max_queue, buffer=stream_buffer)
+            try:
+                yield actor
+            finally:
+                actor.close()

@@ -16,7 +16,6 @@ import trio
 
 from ._actor import DEFAULT_STREAM_BUFFER, GenerationActor, check_actor_options, open_actor, serve_session
 from ._errors import ActorClosedError
-from ._groups import unwrap_groups
 from ._guards import ensure_trio
 from ._model import Model
 from ._options import RequestOptions
@@ -183,19 +182,18 @@ async def _open_batched_pool(model: Model, *, size: int, spec: Spec | str, n_ctx
     """`open_pool` on one session with ``size`` sequences: an actor per sequence."""
     check_actor_options(model, max_queue, stream_buffer, context_options)
     make = functools.partial(Session, model, spec=spec, n_ctx=n_ctx, n_seq=size, **context_options)
-    with unwrap_groups():
-        session = await trio.to_thread.run_sync(make)
-        try:
-            async with AsyncExitStack() as stack:
-                actors = [
-                    await stack.enter_async_context(
-                        serve_session(SessionSlot(session, seq), max_queue=max_queue, stream_buffer=stream_buffer))
-                    for seq in range(size)
-                ]
-                pool = ActorPool(actors)
-                try:
-                    yield pool
-                finally:
-                    pool.close()  # cancel all at once; the stack then waits for each actor's thread
-        finally:
-            session.close()  # after every actor's worker thread has returned
+    session = await trio.to_thread.run_sync(make)
+    try:
+        async with AsyncExitStack() as stack:
+            actors = [
+                await stack.enter_async_context(
+                    serve_session(SessionSlot(session, seq), max_queue=max_queue, stream_buffer=stream_buffer))
+                for seq in range(size)
+            ]
+            pool = ActorPool(actors)
+            try:
+                yield pool
+            finally:
+                pool.close()  # cancel all at once; the stack then waits for each actor's thread
+    finally:
+        session.close()  # after every actor's worker thread has returned
