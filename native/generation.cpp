@@ -155,7 +155,11 @@ bool Sequence::draft_step(int32_t room) {
     rb_.pos_max = llama_memory_seq_pos_max(mem_tgt_, seq_);
     rb_.has_tgt = false;
     if (s_.use_ckpt_dft && !rb_.dft.save(s_.ctx_dft, seq_)) return rollback_failed("saving the draft context's state"), false;
-    const int32_t n_budget = std::max(std::min({n_ctx_ - n_past_ - 2, p_.max_tokens - n_emitted_ - 1, room - 1}), 0);
+    // Under auto the first step drafts nothing: its token is the request's
+    // first, due as soon as the prompt is in (decision 0049).
+    const bool first_token = n_emitted_ == 0 && s_.plan.automatic;
+    const int32_t n_budget =
+        first_token ? 0 : std::max(std::min({n_ctx_ - n_past_ - 2, p_.max_tokens - n_emitted_ - 1, room - 1}), 0);
     const int64_t t0 = ggml_time_us();
     drafter_->draft(DraftInput{n_budget, n_past_, id_last_, prompt_tgt_}, draft_);
     t_draft_us_ = ggml_time_us() - t0;
