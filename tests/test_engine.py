@@ -160,8 +160,9 @@ async def test_cancelling_one_of_n_leaves_the_others_equal_to_their_lone_runs(ti
                 before = _threads_and_fds()
         threads, fds = _threads_and_fds()
         # no leak over the rounds: the fds of the first, and threads for at most
-        # the four actors' runs and trio's spare worker threads
-        assert fds == before[1] and threads <= 1 + 4 + 2
+        # the four actors' runs and trio's spare worker threads (or what trio's
+        # thread cache still held from an earlier test after the first round)
+        assert fds == before[1] and threads <= max(before[0], 1 + 4 + 2)
 
 
 async def test_a_reader_that_stops_pauses_only_its_own_sequence(tiny_target):  # noqa: F811
