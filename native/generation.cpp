@@ -76,7 +76,12 @@ void Sequence::keep_prefix(sa_status st) {
     prefix_.keep(s_, std::move(tokens), live, st == SA_OK && settled);
 }
 
-bool Sequence::merges_prompt_and_verify() const { return s_.ctx_dft == nullptr && !needs_checkpoints(s_); }
+bool Sequence::merges_prompt_and_verify() const {
+    // Under auto the first verification is undrafted (decision 0049) and auto's
+    // cost model takes its first plain-step time from it: alone, not shared
+    // with a prompt chunk.
+    return s_.ctx_dft == nullptr && !needs_checkpoints(s_) && !s_.plan.automatic;
+}
 
 int32_t Sequence::plan(common_batch & batch, int32_t room) {
     i_chunk0_ = i_chunk1_ = 0;

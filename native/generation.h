@@ -100,7 +100,8 @@ private:
     void start();
     void begin_decoding();
     // Whether the last prompt chunk and the first verification may share a
-    // decode: no checkpoint between them and no draft context to feed first.
+    // decode: no checkpoint between them, no draft context to feed first, and
+    // not under auto (its first step is a lone plain one, decision 0049).
     bool merges_prompt_and_verify() const;
     // Adds the prompt's next chunk; true when the prompt is then all in.
     bool plan_prefill(common_batch & batch, int32_t room);
