@@ -7,7 +7,8 @@ Both servers run as subprocesses on the embedded Gemma 3 270M, built from the
 same llama.cpp source (bench/llama_server_build.py compiles llama-server once,
 into the cache), with the same speculative type and the same CPU threads in
 all: llama-server gets one slot per client and every core; spec-actor gets one
-actor per client (``--pool``), the cores divided among them. For each client
+actor per client (``--pool``), the sequences of one batched session on every
+core (decision 0050). For each client
 count, every client streams ``--rounds`` greedy completions of its own story
 prompt, one after the other. The table shows aggregate tokens/s (all tokens
 over the wall time of the run) and each request's time to first token (TTFT)
@@ -117,7 +118,8 @@ def running(cmd: list[str], port: int):
 
 
 def spec_actor_cmd(port: int, clients: int, spec: str | None) -> list[str]:
-    threads = max(1, (os.cpu_count() or 1) // clients)
+    # the pool's requests are the sequences of one batched session (decision 0050): it gets every core
+    threads = os.cpu_count() or 1
     cmd = [sys.executable, "-m", "spec_actor.cli", "serve", "--port", str(port), "--pool", str(clients),
            "-c", str(N_CTX), "-t", str(threads), "--max-queue", "64"]
     return cmd + (["--spec", spec] if spec else [])
