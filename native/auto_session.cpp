@@ -49,7 +49,7 @@ void plan_drafting(sa_session & s, const sa_context_params & c) {
     s.plan = {model, model == SA_SPEC_NONE ? 0 : model_n, n_cap, true};
 }
 
-sa_status create_auto_drafter(sa_session & s) {
+sa_status make_auto_drafter(sa_session & s, common_speculative * spec, std::unique_ptr<Drafter> & out) {
     common_params_speculative ps = make_spec_params(s);
     ps.draft.n_max = s.plan.n_verify;
     ps.draft.n_min = 0;
@@ -57,11 +57,11 @@ sa_status create_auto_drafter(sa_session & s) {
     ps.ngram_mod.n_min = std::min(s.sparams.ngram_mod_n_min, ps.ngram_mod.n_max);
     auto autod = std::make_unique<AutoDrafter>();
     try {
-        autod->init(ps, s.spec, s.plan.type, s.plan.n_draft, &s.memory);
+        autod->init(ps, spec, s.plan.type, s.plan.n_draft, &s.memory);
     } catch (const std::exception & e) {
         return fail(SA_ERR_SPEC, std::string("auto drafting setup failed: ") + e.what());
     }
-    s.drafter = std::move(autod);
+    out = std::move(autod);
     return SA_OK;
 }
 
@@ -94,7 +94,9 @@ sa_status sa_session_set_memory(sa_session * s, int64_t capacity_tokens) {
 }
 
 void sa_session_forget(sa_session * s) {
-    if (s) s->forget.store(true);
+    if (s == nullptr) return;
+    s->forget.store(true);
+    for (const auto & slot : s->engine->slots) slot->forget.store(true);
 }
 
 void sa_session_memory_usage(const sa_session * s, int64_t * tokens, int64_t * bytes) {

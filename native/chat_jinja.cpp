@@ -2,6 +2,7 @@
 // back, through llama.cpp's common/chat (what llama-server does by default).
 // Requests and results cross the ABI as JSON text; every exception becomes
 // an SA_ERR_INVALID_ARG naming what was wrong.
+#include "sampler.h"
 #include "session.h"
 #include "shim_internal.h"
 
@@ -182,24 +183,16 @@ common_json parse(const std::string & text, bool partial, const std::string & ch
 
 }  // namespace
 
+std::vector<common_grammar_trigger> sa::grammar_triggers_from_json(const llama_model * model, const char * json) {
+    return parse_triggers(model, common_json::parse(json));
+}
+
 extern "C" {
 
 sa_status sa_session_set_grammar_prefill(sa_session * session, const char * text) {
     if (session == nullptr) return fail(SA_ERR_INVALID_ARG, "sa_session_set_grammar_prefill: null session");
     return guarded("grammar prefill", [&]() -> sa_status {
         session->grammar_prefill = text ? text : "";
-        return SA_OK;
-    });
-}
-
-sa_status sa_session_set_grammar_triggers(sa_session * session, const char * triggers) {
-    if (session == nullptr) return fail(SA_ERR_INVALID_ARG, "sa_session_set_grammar_triggers: null session");
-    return checked("grammar triggers", [&]() -> sa_status {
-        if (triggers == nullptr || triggers[0] == '\0') {
-            session->grammar_triggers.reset();
-        } else {
-            session->grammar_triggers = parse_triggers(session->model->model, common_json::parse(triggers));
-        }
         return SA_OK;
     });
 }

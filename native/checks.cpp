@@ -133,6 +133,11 @@ sa_status validate_context_params(const sa_context_params & c) {
         return fail(SA_ERR_INVALID_ARG, range_msg("n_ubatch", c.n_ubatch, "must be between 1 and n_batch"));
     }
     if (c.n_ctx != 0 && c.n_ctx < 16) return fail(SA_ERR_INVALID_ARG, range_msg("n_ctx", c.n_ctx, "must be 0 (model default) or >= 16"));
+    if (c.n_seq < 0 || c.n_seq > 64) return fail(SA_ERR_INVALID_ARG, range_msg("n_seq", c.n_seq, "must be between 1 and 64"));
+    if ((uint64_t) c.n_ctx * (uint64_t) std::max(c.n_seq, 1) > ((uint64_t) 1 << 24)) {
+        return fail(SA_ERR_INVALID_ARG, "n_ctx=" + std::to_string(c.n_ctx) + " times n_seq=" + std::to_string(c.n_seq) +
+                    " is over 2^24 tokens of cache; use fewer sequences or a smaller n_ctx");
+    }
     if (c.n_threads < 1 || c.n_threads_batch < 1) {
         return fail(SA_ERR_INVALID_ARG, "n_threads and n_threads_batch must be >= 1");
     }
@@ -198,7 +203,7 @@ sa_status validate_run(const sa_session & s, const sa_run_params & p) {
     if (p.prompt == nullptr || p.n_prompt < 1) {
         return fail(SA_ERR_PROMPT, "the prompt is empty; pass at least one token");
     }
-    const uint32_t n_ctx = llama_n_ctx(s.ctx_tgt);
+    const uint32_t n_ctx = (uint32_t) s.n_ctx_seq;
     if ((uint32_t) p.n_prompt >= n_ctx) {
         return fail(SA_ERR_PROMPT, "the prompt has " + std::to_string(p.n_prompt) + " tokens but the context holds " +
                     std::to_string(n_ctx) + "; shorten the prompt or raise n_ctx");

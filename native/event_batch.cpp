@@ -33,14 +33,14 @@ void EventBatch::error(int code, const std::string & msg) {
     ++n_events_;
 }
 
-bool EventBatch::flush() {
-    if (n_events_ == 0) return true;
+int EventBatch::flush() {
+    if (n_events_ == 0) return 0;
     batch_.clear();
     batch_.array(n_events_);
     batch_.append(body_);
     body_.clear();
     n_events_ = 0;
-    return cb_ == nullptr || cb_(user_, batch_.data(), batch_.size()) == 0;
+    return cb_ == nullptr ? 0 : cb_(user_, batch_.data(), batch_.size());
 }
 
 }  // namespace sa

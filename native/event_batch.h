@@ -25,8 +25,8 @@ public:
     void error(int code, const std::string & msg);
 
     // Hands the step's events to the callback (nothing if there are none);
-    // false if the consumer asked to stop.
-    bool flush();
+    // returns what the callback returned (0: go on; SA_CB_PAUSE; else stop).
+    int flush();
 
 private:
     const llama_vocab * vocab_;

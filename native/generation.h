@@ -1,16 +1,124 @@
-// One generation on a session: prefill, then draft -> verify -> accept until a
-// terminal event, a cancel, or the consumer stops it.
+// One request on one slot of the engine (engine.h): prefill, then draft ->
+// verify -> accept until a terminal event, a cancel, or the consumer stops
+// it, one engine step at a time.
 #pragma once
 
+#include "checkpoint.h"
+#include "engine.h"
+#include "event_batch.h"
 #include "session.h"
 
 #include "sampling.h"
 
+#include <string>
+
 namespace sa {
 
-// Runs one generation with validated parameters; takes ownership of smpl.
-// Returns SA_OK once a terminal event (Done, Eog or Error) was delivered,
-// SA_CANCELLED or SA_STOPPED otherwise.
-sa_status run_generation(sa_session & s, const sa_run_params & p, common_sampler * smpl, sa_event_cb cb, void * user);
+class Sequence {
+public:
+    // Takes ownership of smpl; n_logprobs: -1 none, else top alternatives per token.
+    Sequence(sa_session & s, Slot & slot, const sa_run_params & p, common_sampler * smpl, int32_t n_logprobs,
+             sa_event_cb cb, void * user);
+
+    // Whether the request ended, and how (SA_OK once a terminal event was delivered).
+    bool ended() const { return ended_; }
+    sa_status status() const { return status_; }
+    const Slot & slot() const { return slot_; }
+    // Whether its prompt is in and it drafts and verifies.
+    bool decoding() const { return phase_ == Phase::Decode; }
+
+    // Whether a step should visit it: not paused by its reader, or cancelled.
+    bool runnable() const { return slot_.pauses.load() <= 0 || cancelled(); }
+
+    // A step, before the decode: starts the request on its first step, ends it
+    // when cancelled, else adds its tokens to batch (at most room of them: a
+    // prompt chunk, and/or [last, drafts...]). Returns the tokens added.
+    int32_t plan(common_batch & batch, int32_t room);
+    // After a decode that held this sequence's tokens; t_us: the decode's time.
+    void complete(const common_batch & batch, int64_t t_us);
+    // The decode failed (ret != 0) or a test injected a failure: ends the request.
+    void decode_failed(int32_t ret, const std::string & what);
+
+private:
+    enum class Phase { Start, Prefill, Decode, Ended };
+
+    // A draft that a checkpointed target accepted only in part: the target rolls
+    // back and re-verifies the accepted prefix (plus the token sampled after it)
+    // as the next "draft". Its counts are recorded once, when its tokens commit.
+    struct RolledBack {
+        bool active = false;
+        int32_t drafter = 0;     // sa_drafter id of the original draft
+        int32_t n_drafted = 0;   // the original draft's length
+        int32_t n_accepted = 0;  // its tokens accepted so far (re-verification may accept fewer)
+    };
+
+    sa_session & s_;
+    Slot & slot_;
+    const sa_run_params & p_;
+    const llama_seq_id seq_;
+    common_sampler_ptr smpl_;
+    EventBatch events_;
+    const llama_vocab * vocab_;
+    llama_memory_t mem_tgt_;
+    llama_memory_t mem_dft_;
+    const int32_t n_ctx_;  // this sequence's context (positions 0 .. n_ctx_ - 1)
+    const int32_t n_rs_;  // recurrent snapshots: rejections up to this deep are trimmed with seq_rm
+    Drafter * const drafter_;  // the slot's; null: plain decoding
+    Stats & stats_;
+    PrefixCache & prefix_;
+    const int32_t n_logprobs_;
+
+    Phase phase_ = Phase::Start;
+    bool ended_ = false;
+    sa_status status_ = SA_OK;
+
+    llama_tokens prompt_tgt_;  // tokens in the target's memory
+    llama_token id_last_ = -1; // the newest token, not yet decoded
+    int32_t n_past_ = 0;
+    llama_tokens draft_;
+    RollbackPoint rb_;
+    RolledBack rolled_back_;
+    int64_t t_restore_us_ = 0;  // the last checkpoint restore, charged to the step that re-verifies
+    int64_t t_start_ = 0;
+    int64_t t_decode_start_ = 0;
+    int32_t n_emitted_ = 0;
+    int32_t next_stats_at_ = 0;
+    bool fresh_ = false;  // keep nothing from earlier runs (forget() or memory 0)
+    int32_t n_reused_ = 0;     // prompt tokens whose state the prefix cache kept
+    llama_tokens tail_;        // decoded past the terminal token (a stopped step's accepted drafts)
+    llama_pos last_pos_ = -1;  // the last position the target decoded
+    bool cut_ = false;         // a decode was cancelled midway: a recurrent state is not trusted
+    bool errored_ = false;     // an Error event ended the run
+
+    // This step's part of the batch.
+    int32_t i_chunk0_ = 0, i_chunk1_ = 0;  // prompt tokens [i_chunk0_, i_chunk1_) were added
+    int32_t i_verify_ = -1;                // batch index of [last, drafts...]; -1: none this step
+    int64_t t_draft_us_ = 0;               // drafting time of this step
+    int64_t t_checkpoint_us_ = 0;          // saving the target's state before verifying
+
+    bool cancelled() const { return s_.cancelled() || slot_.cancel.load(std::memory_order_relaxed); }
+    void start();
+    void begin_decoding();
+    // Whether the last prompt chunk and the first verification may share a
+    // decode: no checkpoint between them, no draft context to feed first, and
+    // not under auto (its first step is a lone plain one, decision 0049).
+    bool merges_prompt_and_verify() const;
+    // Adds the prompt's next chunk; true when the prompt is then all in.
+    bool plan_prefill(common_batch & batch, int32_t room);
+    void plan_verify(common_batch & batch, int32_t room);
+    // Drafts into draft_ (and saves the rollback point); false: the request ended.
+    bool draft_step(int32_t room);
+    void verified(int64_t t_us);
+    bool needs_checkpoint(int32_t n) const { return s_.use_ckpt_tgt || (n_rs_ > 0 && n > n_rs_); }
+    bool trim(llama_memory_t mem, llama_pos p0);
+    void rollback_failed(const char * what);
+    bool roll_back(llama_tokens && ids, common_sampler_ptr && smpl_save);
+    int emit(const llama_tokens & ids, int32_t i0, llama_token * eog_id);
+    void emit_stats(int kind, llama_token eog_id = -1);
+    void end_with_error(int code, const std::string & msg);
+    // Ends the request: keeps the prefix, closes the statistics.
+    void finish(sa_status st);
+    void keep_prefix(sa_status st);
+};
 
 }  // namespace sa

@@ -8,14 +8,24 @@ namespace sa {
 
 namespace {
 
-llama_pos pos_max(llama_context * ctx) { return llama_memory_seq_pos_max(llama_get_memory(ctx), 0); }
+llama_pos pos_max(llama_context * ctx, llama_seq_id seq) { return llama_memory_seq_pos_max(llama_get_memory(ctx), seq); }
+
+// Empties seq in the session's contexts (the whole memory when it is the only one).
+void clear_seq(const sa_session & s, llama_seq_id seq) {
+    if (s.n_seq <= 1) {
+        clear_memory(s.ctx_tgt);
+        clear_memory(s.ctx_dft);
+        return;
+    }
+    llama_memory_seq_rm(llama_get_memory(s.ctx_tgt), seq, -1, -1);  // n_seq > 1: no draft context
+}
 
 // Whether the target's memory still holds what a token at position n
 // attends to: a sliding-window cache may have reused the cells of positions
 // that fell out of the window (never with the full-size cache sessions make,
 // unless the context filled up).
-bool window_intact(const sa_session & s, int32_t n) {
-    const llama_pos first = llama_memory_seq_pos_min(llama_get_memory(s.ctx_tgt), 0);
+bool window_intact(const sa_session & s, llama_seq_id seq, int32_t n) {
+    const llama_pos first = llama_memory_seq_pos_min(llama_get_memory(s.ctx_tgt), seq);
     const int32_t n_swa = llama_model_n_swa(s.model->model);
     return first <= 0 || (n_swa > 0 && first + n_swa < n);
 }
@@ -40,16 +50,13 @@ int32_t PrefixCache::resume(sa_session & s, const int32_t * prompt, int32_t n_pr
     // The draft context's positions must continue where it stops (EAGLE-3 lags
     // one behind), unless its drafter catches it up itself when it drafts.
     const bool dft_follows = s.ctx_dft && !s.use_ckpt_dft && !(s.drafter && s.drafter->catches_up());
-    if (dft_follows) n = std::min(n, (int32_t) pos_max(s.ctx_dft) + 1);
+    if (dft_follows) n = std::min(n, (int32_t) pos_max(s.ctx_dft, seq) + 1);
     n = std::max(n, 0);
     const bool ckpt = needs_checkpoints(s);
-    if (n > 0 && !ckpt && !window_intact(s, n)) n = 0;
+    if (n > 0 && !ckpt && !window_intact(s, seq, n)) n = 0;
     if (n > 0 && ckpt && !(live_ && n == (int32_t) tokens_.size())) n = restore(s, n);
     if (n > 0 && !trim(s, n)) n = 0;
-    if (n == 0) {
-        clear_memory(s.ctx_tgt);
-        clear_memory(s.ctx_dft);
-    }
+    if (n == 0) clear_seq(s, seq);
     tokens_.resize((size_t) n);
     drop_checkpoints([n](const Checkpoint & c) { return c.n_tokens > n; });
     return n;
@@ -62,8 +69,8 @@ int32_t PrefixCache::restore(sa_session & s, int32_t n_max) {
     }
     if (best == nullptr) return 0;
     const int64_t t0 = ggml_time_us();
-    if (!best->tgt.restore(s.ctx_tgt, 0)) return 0;
-    if (s.use_ckpt_dft && !best->dft.restore(s.ctx_dft, 0)) return 0;
+    if (!best->tgt.restore(s.ctx_tgt, seq)) return 0;
+    if (s.use_ckpt_dft && !best->dft.restore(s.ctx_dft, seq)) return 0;
     u_restores_.fetch_add(1);
     u_restore_us_.fetch_add(ggml_time_us() - t0);
     return best->n_tokens;
@@ -73,9 +80,9 @@ int32_t PrefixCache::restore(sa_session & s, int32_t n_max) {
 // n or already ends there) and checks that the target ends at n - 1 (the
 // draft context may end earlier: EAGLE-3 writes a position one step late).
 bool PrefixCache::trim(sa_session & s, int32_t n) const {
-    if (!llama_memory_seq_rm(llama_get_memory(s.ctx_tgt), 0, n, -1) || pos_max(s.ctx_tgt) != n - 1) return false;
+    if (!llama_memory_seq_rm(llama_get_memory(s.ctx_tgt), seq, n, -1) || pos_max(s.ctx_tgt, seq) != n - 1) return false;
     return s.ctx_dft == nullptr ||
-           (llama_memory_seq_rm(llama_get_memory(s.ctx_dft), 0, n, -1) && pos_max(s.ctx_dft) <= n - 1);
+           (llama_memory_seq_rm(llama_get_memory(s.ctx_dft), seq, n, -1) && pos_max(s.ctx_dft, seq) <= n - 1);
 }
 
 void PrefixCache::checkpoint(sa_session & s, int32_t n_tokens) {
@@ -84,8 +91,8 @@ void PrefixCache::checkpoint(sa_session & s, int32_t n_tokens) {
     const int64_t t0 = ggml_time_us();
     Checkpoint c;
     c.n_tokens = n_tokens;
-    if (!c.tgt.save(s.ctx_tgt, 0)) return;
-    if (s.use_ckpt_dft && !c.dft.save(s.ctx_dft, 0)) return;
+    if (!c.tgt.save(s.ctx_tgt, seq)) return;
+    if (s.use_ckpt_dft && !c.dft.save(s.ctx_dft, seq)) return;
     if ((int64_t) c.bytes() > budget) return;
     drop_checkpoints([n_tokens](const Checkpoint & k) { return k.n_tokens == n_tokens; });
     int64_t total = (int64_t) c.bytes();
@@ -107,7 +114,7 @@ void PrefixCache::keep(sa_session & s, llama_tokens && tokens, bool live, bool s
     bool ok = enabled.load();
     if (ok && !ckpt) ok = n == 0 || trim(s, n);
     if (ok && ckpt && live) {
-        live = pos_max(s.ctx_tgt) == n - 1 && (!s.use_ckpt_dft || pos_max(s.ctx_dft) == n - 1);
+        live = pos_max(s.ctx_tgt, seq) == n - 1 && (!s.use_ckpt_dft || pos_max(s.ctx_dft, seq) == n - 1);
     }
     if (!ok) {
         drop(s);
@@ -127,8 +134,7 @@ void PrefixCache::drop(sa_session & s) {
 }
 
 void PrefixCache::reset(sa_session & s) {
-    clear_memory(s.ctx_tgt);
-    clear_memory(s.ctx_dft);
+    clear_seq(s, seq);
     tokens_.clear();
     ckpts_.clear();
     live_ = true;

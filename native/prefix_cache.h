@@ -24,6 +24,7 @@ public:
     // Settings: the next run applies them.
     std::atomic<bool> enabled{true};
     std::atomic<int64_t> checkpoint_budget{SA_DEFAULT_CHECKPOINT_BYTES};
+    llama_seq_id seq = 0;  // the sequence of the contexts it keeps (its engine slot's)
 
     // Run start: makes the contexts hold the longest prefix of prompt that
     // they can keep and the run may reuse, drops the rest (with forget or

@@ -1,11 +1,12 @@
 #include "sampler.h"
 
 #include <string>
+#include <utility>
 
 namespace sa {
 
 common_sampler * make_sampler(const sa_model & m, const sa_sampling_params & sp, sa_status * st,
-                              const std::string & prefill, const std::vector<common_grammar_trigger> * triggers) {
+                              const std::string & prefill) {
     common_params_sampling p;
     p.temp = sp.temp;
     p.top_k = sp.top_k;
@@ -19,16 +20,26 @@ common_sampler * make_sampler(const sa_model & m, const sa_sampling_params & sp,
     p.no_perf = false;
     const bool has_grammar = sp.grammar != nullptr && sp.grammar[0] != '\0';
     if (has_grammar && (*st = sa_grammar_check(sp.grammar, nullptr)) != SA_OK) return nullptr;
+    const bool lazy = has_grammar && sp.grammar_triggers != nullptr && sp.grammar_triggers[0] != '\0';
+    std::vector<common_grammar_trigger> triggers;
+    if (lazy) {
+        try {
+            triggers = grammar_triggers_from_json(m.model, sp.grammar_triggers);
+        } catch (const std::exception & e) {
+            *st = fail(SA_ERR_INVALID_ARG, std::string("invalid grammar triggers: ") + e.what());
+            return nullptr;
+        }
+    }
     if (has_grammar) {
         std::string text = sp.grammar;
         const std::string root = sp.grammar_root && sp.grammar_root[0] ? sp.grammar_root : "root";
         if (root != "root") text = "root ::= " + root + "\n" + text;  // common_sampler always starts at "root"
-        const bool tool_calls = !prefill.empty() || triggers != nullptr;
+        const bool tool_calls = !prefill.empty() || lazy;
         p.grammar = common_grammar(tool_calls ? COMMON_GRAMMAR_TYPE_TOOL_CALLS : COMMON_GRAMMAR_TYPE_USER, text);
         p.generation_prompt = prefill;
-        if (triggers != nullptr) {
+        if (lazy) {
             p.grammar_lazy = true;
-            p.grammar_triggers = *triggers;
+            p.grammar_triggers = std::move(triggers);
         }
     }
     const sa_status bad = has_grammar ? SA_ERR_GRAMMAR : SA_ERR_INVALID_ARG;

@@ -12,13 +12,18 @@
 namespace sa {
 
 // A new sampler, or null with *st set to a failed status (a grammar that does
-// not parse gives SA_ERR_GRAMMAR) and the message recorded. A non-empty
-// prefill makes the grammar a tool-call grammar that has already read that
-// text (the chat's generation prompt, as llama-server primes it). Non-null
-// triggers make the grammar lazy: it applies from the first trigger on (a
-// tool call's opening under tool_choice "auto"), and the prefill is unused.
+// not parse gives SA_ERR_GRAMMAR, bad triggers SA_ERR_INVALID_ARG) and the
+// message recorded. A non-empty prefill makes the grammar a tool-call grammar
+// that has already read that text (the chat's generation prompt, as
+// llama-server primes it). sp.grammar_triggers make the grammar lazy: it
+// applies from the first trigger on (a tool call's opening under tool_choice
+// "auto"), and the prefill is unused.
 common_sampler * make_sampler(const sa_model & m, const sa_sampling_params & sp, sa_status * st,
-                              const std::string & prefill = "",
-                              const std::vector<common_grammar_trigger> * triggers = nullptr);
+                              const std::string & prefill = "");
+
+// The triggers of a lazy grammar from their JSON text (sa_sampling_params),
+// checked so that common_sampler_init cannot assert: throws naming a bad one
+// (chat_jinja.cpp).
+std::vector<common_grammar_trigger> grammar_triggers_from_json(const llama_model * model, const char * json);
 
 }  // namespace sa

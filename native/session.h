@@ -4,6 +4,7 @@
 
 #include "shim_internal.h"
 #include "drafter.h"
+#include "engine.h"
 #include "prefix_cache.h"
 #include "spec_types.h"
 #include "token_memory.h"
@@ -60,13 +61,16 @@ struct sa_session {
     std::atomic<int32_t> fail_decode_at{0};  // testing: the next run's n-th target decode ends it with an Error
     std::atomic<int32_t> n_logprobs{-1};  // sa_session_set_logprobs: for the runs that follow
     std::string grammar_prefill;  // sa_session_set_grammar_prefill: set between runs, by the running thread
-    std::optional<std::vector<common_grammar_trigger>> grammar_triggers;  // sa_session_set_grammar_triggers: lazy
+    int32_t n_seq = 1;      // sequences of the context (sa_context_params.n_seq)
+    int32_t n_ctx_seq = 0;  // positions each sequence may hold
+    std::unique_ptr<sa::Engine> engine;  // its slots; slot 0's state is the members above
 
     sa_session() = default;
     sa_session(const sa_session &) = delete;
     sa_session & operator=(const sa_session &) = delete;
 
     ~sa_session() {
+        engine.reset();  // the slots' drafters before the contexts
         drafter.reset();
         common_speculative_free(spec);  // refers to both contexts: free it first
         if (ctx_dft) llama_free(ctx_dft);
@@ -76,6 +80,8 @@ struct sa_session {
     }
 
     bool cancelled() const { return cancel.load(std::memory_order_relaxed); }
+    // llama.cpp's abort callback: the session is cancelled, or the sequence alone in the decode under way.
+    bool abort_decode() const;
 };
 
 namespace sa {
@@ -99,8 +105,16 @@ common_params_speculative make_spec_params(const sa_session & s);
 // type is auto's model drafter (MTP, draft model, EAGLE-3, DFlash) or none.
 void plan_drafting(sa_session & s, const sa_context_params & c);
 
-// Spec("auto"), after create_session made the contexts: the chooser.
-sa_status create_auto_drafter(sa_session & s);
+// The drafter of one slot over spec (the session's common_speculative or a
+// slot's own): fixed, adaptive or auto, as the session's spec says; null
+// for plain decoding.
+sa_status make_drafter(sa_session & s, common_speculative * spec, std::unique_ptr<Drafter> & out);
+
+// Spec("auto"): the chooser over spec (its model drafter, or null).
+sa_status make_auto_drafter(sa_session & s, common_speculative * spec, std::unique_ptr<Drafter> & out);
+
+// Whether the session's plan allows n_seq > 1 (sa_session_can_batch).
+bool plan_batches(const sa_session & s);
 
 // Spec("auto")'s summary for print_stats: per drafter, steps, drafted, accepted.
 void print_auto_stats(const sa_session & s);

@@ -11,29 +11,31 @@ namespace sa {
 
 namespace {
 
-bool abort_callback(void * data) {
-    return static_cast<std::atomic<bool> *>(data)->load(std::memory_order_relaxed);
-}
+bool abort_callback(void * data) { return static_cast<const sa_session *>(data)->abort_decode(); }
 
 // plan.n_verify: the longest draft a step verifies (auto's ceiling may exceed its model drafter's n_draft).
-llama_context_params make_context_params(const sa_context_params & c, const DraftPlan & plan, std::atomic<bool> * cancel) {
+llama_context_params make_context_params(const sa_context_params & c, const DraftPlan & plan, sa_session * s) {
     llama_context_params cp = llama_context_default_params();
-    cp.n_ctx = c.n_ctx;
+    const int32_t n_seq = std::max(c.n_seq, 1);
+    // n_ctx is per sequence: one unified cache of n_seq times it, where no
+    // sequence holds more than n_ctx cells (docs/decisions/0050)
+    cp.n_ctx = c.n_ctx * (uint32_t) n_seq;
     cp.n_batch = c.n_batch;
     cp.n_ubatch = c.n_ubatch;
-    cp.n_seq_max = 1;
+    cp.n_seq_max = (uint32_t) n_seq;
+    cp.kv_unified = true;
     cp.n_threads = c.n_threads;
     cp.n_threads_batch = c.n_threads_batch;
     if (c.type_k >= 0) cp.type_k = (ggml_type) c.type_k;
     if (c.type_v >= 0) cp.type_v = (ggml_type) c.type_v;
     cp.flash_attn_type = c.flash_attn < 0 ? LLAMA_FLASH_ATTN_TYPE_AUTO
                        : c.flash_attn == 0 ? LLAMA_FLASH_ATTN_TYPE_DISABLED : LLAMA_FLASH_ATTN_TYPE_ENABLED;
-    const auto limits = common_speculative_get_output_limits((int32_t) c.n_batch, 1, std::max(plan.n_draft, plan.n_verify));
+    const auto limits = common_speculative_get_output_limits((int32_t) c.n_batch, n_seq, std::max(plan.n_draft, plan.n_verify));
     cp.n_outputs_max = (uint32_t) limits.total;
     cp.n_outputs_max_per_seq = (uint32_t) limits.per_seq;
     cp.n_rs_seq = needs_rollback_snapshots(plan.type) ? (uint32_t) plan.n_draft : 0;
     cp.abort_callback = abort_callback;
-    cp.abort_callback_data = cancel;
+    cp.abort_callback_data = s;
     cp.no_perf = false;
     return cp;
 }
@@ -142,7 +144,7 @@ std::string spec_type_name(int32_t type) { return common_speculative_type_to_str
 
 sa_status create_session(sa_session & s, const sa_context_params & c) {
     if (sa_status st = create_pools(s, c); st != SA_OK) return st;
-    const llama_context_params cp = make_context_params(c, s.plan, &s.cancel);
+    const llama_context_params cp = make_context_params(c, s.plan, &s);
     s.ctx_tgt = llama_init_from_model(s.model->model, cp);
     if (s.ctx_tgt == nullptr) {
         const std::string detail = last_native_log_error();
@@ -161,17 +163,29 @@ sa_status create_session(sa_session & s, const sa_context_params & c) {
     if (type != SA_SPEC_NONE) {
         if (sa_status st = create_speculative(s); st != SA_OK) return st;
     }
-    if (s.plan.automatic) {
-        if (s.plan.n_verify > 0) {
-            if (sa_status st = create_auto_drafter(s); st != SA_OK) return st;
-        }
-    } else if (s.spec != nullptr) {
-        s.drafter = s.sparams.adaptive != 0
-            ? make_adaptive_drafter(s.spec, type, s.plan.n_draft, uses_draft_context(type) ? 1 : 0)
-            : make_fixed_drafter(s.spec, type, s.plan.n_draft);
-    }
+    if (sa_status st = make_drafter(s, s.spec, s.drafter); st != SA_OK) return st;
     s.stats.set_n_draft(s.drafter ? s.plan.n_verify : 0);
+    s.n_seq = std::max(c.n_seq, 1);
+    s.n_ctx_seq = (int32_t) (llama_n_ctx(s.ctx_tgt) / (uint32_t) s.n_seq);
+    return create_engine(s, s.n_seq);
+}
+
+sa_status make_drafter(sa_session & s, common_speculative * spec, std::unique_ptr<Drafter> & out) {
+    const int32_t type = s.plan.type;
+    if (s.plan.automatic) {
+        return s.plan.n_verify > 0 ? make_auto_drafter(s, spec, out) : SA_OK;
+    }
+    if (spec != nullptr) {
+        out = s.sparams.adaptive != 0
+            ? make_adaptive_drafter(spec, type, s.plan.n_draft, uses_draft_context(type) ? 1 : 0)
+            : make_fixed_drafter(spec, type, s.plan.n_draft);
+    }
     return SA_OK;
+}
+
+bool plan_batches(const sa_session & s) {
+    const llama_model * m = s.model->model;
+    return !llama_model_is_recurrent(m) && !llama_model_is_hybrid(m) && !uses_draft_context(s.plan.type);
 }
 
 void clear_memory(llama_context * ctx) {

@@ -136,6 +136,7 @@ typedef struct {
     int32_t type_v;
     int32_t flash_attn;      /* -1 auto, 0 off, 1 on */
     int32_t threads_budgeted;  /* 1: n_threads were defaults; share the CPUs with other such sessions while generating */
+    int32_t n_seq;           /* sequences run together in one batch (0 or 1: one); n_ctx is per sequence */
 } sa_context_params;
 
 typedef struct {
@@ -166,6 +167,12 @@ typedef struct {
     float penalty_present;
     const char * grammar;    /* GBNF text or NULL */
     const char * grammar_root;
+    /* The grammar is lazy: it applies from the first of these triggers on
+     * (sa_chat_jinja_apply's "grammar_triggers", a JSON array of {"type",
+     * "value", "token"}), as llama-server's under tool_choice "auto"; NULL or
+     * "": not lazy. A bad type, a token outside the vocabulary or a pattern
+     * that is not a regex is SA_ERR_INVALID_ARG. */
+    const char * grammar_triggers;
 } sa_sampling_params;
 
 typedef struct {
@@ -205,7 +212,10 @@ typedef struct {
     uint64_t drafter_accepted[SA_N_DRAFTERS];  /* of those, accepted */
 } sa_stats;
 
-/* Return 0 to continue, non-zero to stop the run (status SA_STOPPED). */
+/* Return 0 to continue, SA_CB_PAUSE to pause this sequence until
+ * sa_session_resume_seq (the batch goes on without it), anything else to
+ * stop the run (status SA_STOPPED). */
+#define SA_CB_PAUSE 2
 typedef int (*sa_event_cb)(void * user, const uint8_t * data, size_t len);
 
 const char * sa_last_error(void);
@@ -272,6 +282,31 @@ sa_status sa_session_run(sa_session * session, const sa_run_params * params,
                          sa_event_cb cb, void * user);
 void sa_session_cancel(sa_session * session);
 void sa_session_clear_cancel(sa_session * session);
+
+/* THE BATCHED ENGINE (docs/decisions/0050): a session made with n_seq = N
+ * runs up to N requests at once, one per sequence 0..N-1, all in one decode
+ * per step. sa_session_run is sa_session_run_seq on sequence 0 with the
+ * session's logprobs and grammar prefill settings. sa_session_run_seq blocks
+ * until its request ended; the threads calling it take turns to run the
+ * engine's steps (any of them may call another request's callback). One
+ * request per sequence at a time. */
+sa_status sa_session_run_seq(sa_session * session, int32_t seq, const sa_run_params * params, int32_t n_logprobs,
+                             const char * grammar_prefill, sa_event_cb cb, void * user);
+/* Sequences of the session (its n_seq). */
+int32_t sa_session_n_seq(const sa_session * session);
+/* Whether a session with these parameters may have n_seq > 1: not yet with
+ * recurrent or hybrid targets, nor with drafters that need a draft context. */
+int32_t sa_session_can_batch(const sa_model * model, const sa_context_params * cparams, const sa_spec_params * sparams);
+/* Stop the request on seq within one step; clear re-arms it (any thread, lock-free). */
+void sa_session_cancel_seq(sa_session * session, int32_t seq);
+void sa_session_clear_cancel_seq(sa_session * session, int32_t seq);
+/* Undo one SA_CB_PAUSE of seq's callback (any thread). */
+void sa_session_resume_seq(sa_session * session, int32_t seq);
+/* sa_session_stats for one sequence's requests (sequence 0's are the session's). */
+void sa_session_seq_stats(const sa_session * session, int32_t seq, int32_t which, sa_stats * out);
+uint64_t sa_session_seq_stats_version(const sa_session * session, int32_t seq);
+/* Steps run since the session was made, for tests that count in steps. */
+uint64_t sa_session_steps(const sa_session * session);
 /* which: 0 cumulative for the session, 1 the last (or current) run. */
 void sa_session_stats(const sa_session * session, int32_t which, sa_stats * out);
 /* Changes whenever any statistic does; equal values mean equal snapshots. */
@@ -413,12 +448,6 @@ sa_status sa_chat_jinja_parse(const char * text, int32_t is_partial, const char 
  * Call it between runs. */
 sa_status sa_session_set_grammar_prefill(sa_session * session, const char * text);
 
-/* The grammar of the runs that follow is lazy: it applies from the first of
- * these triggers on (sa_chat_jinja_apply's "grammar_triggers", a JSON array
- * of {"type", "value", "token"}), as llama-server's under tool_choice "auto";
- * NULL or "": not lazy. A bad type, a token outside the vocabulary or a
- * pattern that is not a regex is SA_ERR_INVALID_ARG, the session unchanged. */
-sa_status sa_session_set_grammar_triggers(sa_session * session, const char * triggers);
 /* CDEF-END */
 
 #ifdef __cplusplus

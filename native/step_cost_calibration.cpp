@@ -169,8 +169,8 @@ std::vector<double> measure_step_cost(llama_context * ctx, int32_t n_max, int64_
     return fill_table(times);
 }
 
-void calibrate_step_cost(sa_session & s) {
-    auto * autod = dynamic_cast<AutoDrafter *>(s.drafter.get());
+void calibrate_step_cost(sa_session & s, Drafter * drafter) {
+    auto * autod = dynamic_cast<AutoDrafter *>(drafter);
     if (autod == nullptr || autod->step_cost_fixed()) return;
     const Key key{s.model->model, s.model->path, llama_n_threads(s.ctx_tgt), llama_n_threads_batch(s.ctx_tgt),
                   std::min(s.plan.n_verify, kMaxLength)};
@@ -185,7 +185,9 @@ void calibrate_step_cost(sa_session & s) {
         if (autod->step_cost_table() != e->table) autod->calibrate_step_cost(e->table);
         return;
     }
-    if (llama_memory_seq_pos_max(llama_get_memory(s.ctx_tgt), 0) >= 0) return;  // not empty: a later run
+    for (llama_seq_id seq = 0; seq < s.n_seq; ++seq) {  // measured only on an empty context: it is cleared after
+        if (llama_memory_seq_pos_max(llama_get_memory(s.ctx_tgt), seq) >= 0) return;
+    }
     if (g_entries.size() >= kMaxEntries) {  // the oldest measured table goes
         auto old = std::find_if(g_entries.begin(), g_entries.end(), [](const Entry & x) { return x.table != nullptr; });
         if (old != g_entries.end()) g_entries.erase(old);

@@ -15,14 +15,16 @@ struct sa_session;
 
 namespace sa {
 
-// At a run's start, before its prefill: hands the session's auto drafter the
-// calibrated table for the thread counts its target uses now, measuring it
+class Drafter;
+
+// At a run's start, before its prefill: hands the run's drafter, when it is
+// auto's (a slot's own), the calibrated table for the thread counts its target uses now, measuring it
 // first when no session of this process has (the contexts are left empty as
 // they were). Does nothing without an auto drafter, with a fixed step cost
 // (the testing probes), when the drafter has this table already, or when
-// the table is missing and the target is not empty (a later run measures it).
-// A cancel stops the measuring; nothing is cached then.
-void calibrate_step_cost(sa_session & s);
+// the table is missing and any sequence of the target holds tokens (a later
+// run measures it). A cancel stops the measuring; nothing is cached then.
+void calibrate_step_cost(sa_session & s, Drafter * drafter);
 
 // Times verification batches on ctx (empty on entry and on return): the
 // cost in us of a step verifying n drafted tokens for n = 0..n_max, from

@@ -19,7 +19,8 @@ from ._guards import ensure_trio, ensure_trio_caller
 from ._model import Model
 from ._options import RequestOptions
 from ._request import EMPTY_STATS, STARTED, Request, RequestOwner, State
-from ._session import RunResult, Session
+from ._events import TERMINAL
+from ._session import PAUSE_SEQUENCE, RunResult, Session
 from ._spec import DEFAULT_SPEC, Spec
 from ._stats import StatsSnapshot
 from ._validate import check_int
@@ -30,7 +31,8 @@ __all__ = ["DEFAULT_STREAM_BUFFER", "GenerationActor", "open_actor"]
 DEFAULT_STREAM_BUFFER = 32
 """Batches (native loop steps) a request's channel holds before the loop waits for its reader."""
 
-_CONTEXT_OPTIONS = tuple(p for p in inspect.signature(Session).parameters if p not in ("model", "spec", "n_ctx"))
+_CONTEXT_OPTIONS = tuple(p for p in inspect.signature(Session).parameters
+                         if p not in ("model", "spec", "n_ctx", "n_seq"))
 
 
 @final
@@ -269,10 +271,18 @@ class GenerationActor(StreamSource):
         """
         if req.cancelled:
             return None
+        on_events = self._pausing_sink(req) if getattr(self._session, "pauses", False) else self._blocking_sink(req)
+        opts = req.options
+        return self._session.run(req.tokens, max_tokens=opts.max_tokens, emit_stats_every=opts.emit_stats_every,
+                                 sampling=opts.sampling, on_events=on_events, clear_cancel=False,
+                                 logprobs=opts.logprobs)
+
+    def _blocking_sink(self, req: Request) -> Any:
+        """Hands a batch to the stream; waits for a permit first while the reader is `buffer` batches behind."""
         take_permit, deliver, soon = req.take_permit, req.deliver, self._trio_token.run_sync_soon
 
         def on_events(events: list[Event]) -> bool:
-            take_permit()  # backpressure: blocks while the reader is `buffer` batches behind
+            take_permit()
             if req.cancelled:
                 return False
             try:
@@ -281,10 +291,35 @@ class GenerationActor(StreamSource):
                 return False
             return True
 
-        opts = req.options
-        return self._session.run(req.tokens, max_tokens=opts.max_tokens, emit_stats_every=opts.emit_stats_every,
-                                 sampling=opts.sampling, on_events=on_events, clear_cancel=False,
-                                 logprobs=opts.logprobs)
+        return on_events
+
+    def _pausing_sink(self, req: Request) -> Any:
+        """On a batched engine's sequence: the batch never waits for one reader.
+
+        Each batch goes out on a permit taken before it was made; when the
+        reader is `buffer` batches behind, no permit is left for the next
+        one and the sink pauses the sequence (the engine's steps go on
+        without it) until the reader gives a permit back, which resumes it.
+        """
+        session, deliver, soon = self._session, req.deliver, self._trio_token.run_sync_soon
+        req.take_permit()  # the first batch's (a fresh request has them all)
+
+        def resume() -> None:
+            if req.state is State.RUNNING:
+                session.resume()
+
+        def on_events(events: list[Event]) -> bool | str:
+            if req.cancelled:
+                return False
+            try:
+                soon(deliver, events)
+            except trio.RunFinishedError:
+                return False
+            if events and isinstance(events[-1], TERMINAL):
+                return True
+            return True if req.try_take_permit(resume) else PAUSE_SEQUENCE
+
+        return on_events
 
     # -- closing ------------------------------------------------------------------------
 
@@ -351,6 +386,18 @@ async def open_actor(model: Model, *, spec: Spec | str = DEFAULT_SPEC, n_ctx: in
     Requests made after that raise `ActorClosedError`.
     """
     ensure_trio("open_actor")
+    check_actor_options(model, max_queue, stream_buffer, context_options)
+    make = functools.partial(Session, model, spec=spec, n_ctx=n_ctx, **context_options)
+    session = await trio.to_thread.run_sync(make)
+    try:
+        async with serve_session(session, max_queue=max_queue, stream_buffer=stream_buffer) as actor:
+            yield actor
+    finally:
+        session.close()  # the actor's task closed it already, unless the actor was never made
+
+
+def check_actor_options(model: Model, max_queue: int, stream_buffer: int, context_options: dict[str, Any]) -> None:
+    """Package-internal: the checks of `open_actor`'s arguments before a session is made (also `open_pool`'s)."""
     check_int("max_queue", max_queue, 1, hint="it counts the requests that may wait, the next one included")
     check_int("stream_buffer", stream_buffer, 1, hint="the channel needs room for at least one loop step")
     unknown = context_options.keys() - set(_CONTEXT_OPTIONS)
@@ -359,15 +406,19 @@ async def open_actor(model: Model, *, spec: Spec | str = DEFAULT_SPEC, n_ctx: in
                           f"valid options: spec, n_ctx, {', '.join(_CONTEXT_OPTIONS)}")
     if not isinstance(model, Model):
         raise ConfigError(f"model={model!r} is invalid: expected a spec_actor.Model from load_model()")
-    make = functools.partial(Session, model, spec=spec, n_ctx=n_ctx, **context_options)
-    with unwrap_groups():
-        session = await trio.to_thread.run_sync(make)
-        try:
-            async with trio.open_nursery() as nursery:
-                actor = GenerationActor(session, nursery, max_queue=max_queue, buffer=stream_buffer)
-                try:
-                    yield actor
-                finally:
-                    actor.close()
-        finally:
-            session.close()  # the actor's task closed it already, unless the actor was never made
+
+
+@asynccontextmanager
+async def serve_session(session: Any, *, max_queue: int, stream_buffer: int) -> AsyncIterator[GenerationActor]:
+    """Package-internal: an actor serving session (a `Session` or a `SessionSlot`) until the block ends.
+
+    Leaving the block closes the actor and waits for its worker thread;
+    the caller frees the session.
+    """
+    with unwrap_groups():  # the error of the body or the actor, not a group of our nursery
+        async with trio.open_nursery() as nursery:
+            actor = GenerationActor(session, nursery, max_queue=max_queue, buffer=stream_buffer)
+            try:
+                yield actor
+            finally:
+                actor.close()

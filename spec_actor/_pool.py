@@ -1,17 +1,26 @@
-"""`ActorPool` and `open_pool`: several actors on one model, requests to the least busy."""
+"""`ActorPool` and `open_pool`: several actors on one model, requests to the least busy.
+
+Where the model and spec allow it the actors are the slots of one batched
+session (one context, one decode per step for all of them, docs/decisions/0050);
+otherwise each actor has its own session.
+"""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import AsyncIterator, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any, final
 
-from ._actor import DEFAULT_STREAM_BUFFER, GenerationActor, open_actor
+import trio
+
+from ._actor import DEFAULT_STREAM_BUFFER, GenerationActor, check_actor_options, open_actor, serve_session
 from ._errors import ActorClosedError
 from ._guards import ensure_trio
 from ._model import Model
 from ._options import RequestOptions
 from ._request import Request
+from ._session import Session, SessionSlot, can_batch
 from ._spec import DEFAULT_SPEC, Spec
 from ._stats import StatsSnapshot, sum_snapshots
 from ._validate import check_int
@@ -28,7 +37,10 @@ class ActorPool(StreamSource):
     (`stream_events`, `stream`, `generate`, `stats`); a request is given,
     when its stream is entered, to an idle actor, or else to the one with
     the fewest requests waiting, and stays there. Requests on different
-    actors run in parallel: the native loops release the GIL.
+    actors run at the same time: as sequences of one batched session (one
+    decode per step for all), or where the model or spec does not allow
+    that (`batched` is False) in separate sessions whose native loops
+    release the GIL. A slow reader pauses only its own request.
 
     **Cancellation**: as for a single actor (see `EventStream`); a request
     cancelled on one actor does not disturb the others.
@@ -57,6 +69,11 @@ class ActorPool(StreamSource):
     @property
     def size(self) -> int:
         return len(self._actors)
+
+    @property
+    def batched(self) -> bool:
+        """Whether the actors are sequences of one batched session (docs/decisions/0050)."""
+        return isinstance(self._actors[0].session, SessionSlot)
 
     @property
     def closed(self) -> bool:
@@ -119,13 +136,18 @@ async def open_pool(model: Model, *, size: int = 2, spec: Spec | str = DEFAULT_S
                     max_queue: int = 16, stream_buffer: int = DEFAULT_STREAM_BUFFER,
                     n_threads: int | None = None, n_threads_batch: int | None = None,
                     **context_options: Any) -> AsyncIterator[ActorPool]:
-    """Open a pool of ``size`` actors, each with its own session on the shared ``model``.
+    """Open a pool of ``size`` actors on the shared ``model``.
 
     Takes the arguments of `open_actor` (each actor gets them, ``max_queue``
-    included). ``n_threads`` and ``n_threads_batch`` default to all CPUs;
-    the process-wide thread budget splits them among the actors that
-    generate at the same time (docs/decisions/0027), so parallel requests
-    do not oversubscribe the cores and a lone request uses every core.
+    included; ``n_ctx`` is each request's context). With ``size`` > 1 the
+    actors are the sequences of one batched session: one KV cache of
+    ``size * n_ctx`` cells, and one decode per step verifies every running
+    request's draft (docs/decisions/0050). Recurrent and hybrid models and
+    specs with a draft context (a draft model, MTP, EAGLE-3, DFlash) are not
+    batched yet: each actor then has its own session, as before.
+    ``n_threads`` and ``n_threads_batch`` default to all CPUs; the
+    process-wide thread budget shares them with the other sessions that
+    generate at the same time (docs/decisions/0027).
 
     Raises what `open_actor` raises. **Cancellation**: leaving the block
     closes every actor at once (each as `open_actor` describes) and waits
@@ -133,6 +155,13 @@ async def open_pool(model: Model, *, size: int = 2, spec: Spec | str = DEFAULT_S
     """
     ensure_trio("open_pool")
     check_int("size", size, 1, hint="a pool needs at least one actor")
+    batch_options = {k: context_options[k] for k in ("n_batch", "n_ubatch") if k in context_options}
+    if size > 1 and can_batch(model, spec, **batch_options):
+        async with _open_batched_pool(model, size=size, spec=spec, n_ctx=n_ctx, max_queue=max_queue,
+                                      stream_buffer=stream_buffer, n_threads=n_threads,
+                                      n_threads_batch=n_threads_batch, **context_options) as pool:
+            yield pool
+        return
     async with AsyncExitStack() as stack:
         actors = [
             await stack.enter_async_context(open_actor(
@@ -145,3 +174,26 @@ async def open_pool(model: Model, *, size: int = 2, spec: Spec | str = DEFAULT_S
             yield pool
         finally:
             pool.close()  # cancel all at once; the stack then waits for each
+
+
+@asynccontextmanager
+async def _open_batched_pool(model: Model, *, size: int, spec: Spec | str, n_ctx: int, max_queue: int,
+                             stream_buffer: int, **context_options: Any) -> AsyncIterator[ActorPool]:
+    """`open_pool` on one session with ``size`` sequences: an actor per sequence."""
+    check_actor_options(model, max_queue, stream_buffer, context_options)
+    make = functools.partial(Session, model, spec=spec, n_ctx=n_ctx, n_seq=size, **context_options)
+    session = await trio.to_thread.run_sync(make)
+    try:
+        async with AsyncExitStack() as stack:
+            actors = [
+                await stack.enter_async_context(
+                    serve_session(SessionSlot(session, seq), max_queue=max_queue, stream_buffer=stream_buffer))
+                for seq in range(size)
+            ]
+            pool = ActorPool(actors)
+            try:
+                yield pool
+            finally:
+                pool.close()  # cancel all at once; the stack then waits for each actor's thread
+    finally:
+        session.close()  # after every actor's worker thread has returned

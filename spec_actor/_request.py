@@ -73,7 +73,7 @@ class Request:
 
     __slots__ = (
         "_tokens", "_options", "_send", "_receive", "_permits", "_state", "_cancelled", "_finished", "_error",
-        "_final_stats", "_owner",
+        "_final_stats", "_owner", "_permit_lock", "_on_permit",
     )  # fmt: skip
 
     def __init__(self, tokens: list[int], options: RequestOptions, buffer: int) -> None:
@@ -83,6 +83,8 @@ class Request:
         # it back when it reads the batch, so at most `buffer` batches (one loop
         # step each) wait unread; then the native loop waits for the reader.
         self._permits = threading.Semaphore(buffer)
+        self._permit_lock = threading.Lock()
+        self._on_permit: Callable[[], None] | None = None  # try_take_permit's waiter
         self._send: trio.MemorySendChannel[list[Event]]
         self._receive: trio.MemoryReceiveChannel[list[Event]]
         self._send, self._receive = trio.open_memory_channel(buffer + 1)  # + STARTED
@@ -152,9 +154,26 @@ class Request:
         """Wait for room for one more unread batch (worker thread): backpressure."""
         self._permits.acquire()
 
+    def try_take_permit(self, on_free: Callable[[], None]) -> bool:
+        """Take a permit without waiting (any thread); if there is none, the next one given back goes to on_free().
+
+        A batched engine's sequence pauses instead of blocking the batch:
+        on_free resumes it, holding that permit.
+        """
+        with self._permit_lock:
+            if self._permits.acquire(blocking=False):
+                return True
+            self._on_permit = on_free
+            return False
+
     def release_permit(self) -> None:
         """Give one permit back: a batch was read, or a waiting worker must see a cancel (any thread)."""
-        self._permits.release()
+        with self._permit_lock:
+            waiter, self._on_permit = self._on_permit, None
+            if waiter is None:
+                self._permits.release()
+        if waiter is not None:
+            waiter()
 
     def deliver(self, batch: list[Event]) -> None:
         """Put a batch of the worker thread into the channel (trio thread, by run_sync_soon).

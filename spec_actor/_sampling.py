@@ -149,7 +149,8 @@ class Sampling:
             "seed": self.seed, "penalty_last_n": self.penalty_last_n, "penalty_repeat": self.repeat_penalty,
             "penalty_freq": self.frequency_penalty, "penalty_present": self.presence_penalty,
             "grammar": self.grammar, "grammar_root": self.grammar_root,
-        }  # fmt: skip  (grammar_prefill and grammar_triggers are set on the session)
+            "grammar_triggers": self.grammar_triggers if self.grammar else None,
+        }  # fmt: skip  (grammar_prefill goes with the run: Session.run)
 
 
 _OPTION_NAMES_ORDERED = (*(f.name for f in dataclasses.fields(Sampling)), "json_schema")

@@ -17,7 +17,6 @@ from ._spec import DEFAULT_SPEC, Spec
 from ._stats import StatsSnapshot
 from ._utf8 import Utf8Stream
 from ._validate import check_logprobs
-from .nif import chat_jinja as _nj
 from .nif import model as _nm
 from .nif import session as _ns
 from .nif import testing as _nt
@@ -25,7 +24,10 @@ from .nif import testing as _nt
 # ggml type ids accepted for the KV cache (type_k / type_v).
 KV_TYPES = {"f32": 0, "f16": 1, "q4_0": 2, "q4_1": 3, "q5_0": 6, "q5_1": 7, "q8_0": 8, "bf16": 30}
 
-EventSink = Callable[[list[Event]], "bool | None"]
+EventSink = Callable[[list[Event]], "bool | str | None"]
+
+PAUSE_SEQUENCE = _ns.PAUSE_ANSWER
+"""What an event sink of a run on a sequence (``seq=``) returns to pause it until `SessionSlot.resume`."""
 
 DEFAULT_MEMORY = 65536
 """Tokens of earlier requests that a session's cross-request memory keeps by
@@ -136,7 +138,7 @@ class Session:
                  n_ctx: int = 4096,
                  n_batch: int = 2048, n_ubatch: int = 512, n_threads: int | None = None,
                  n_threads_batch: int | None = None, type_k: str | int | None = None,
-                 type_v: str | int | None = None, flash_attn: bool | None = None) -> None:
+                 type_v: str | int | None = None, flash_attn: bool | None = None, n_seq: int = 1) -> None:
         self.spec = Spec(spec) if isinstance(spec, str) else spec
         if not isinstance(self.spec, Spec):
             raise ConfigError(f"spec={spec!r} must be a spec_actor.Spec or a speculative type name")
@@ -154,6 +156,8 @@ class Session:
         if 0 < model.info.n_ctx_train < n_ctx:  # 0: unknown (a vocab_only model)
             raise ConfigError(f"n_ctx={n_ctx} exceeds the {model.info.n_ctx_train} tokens {model.info.arch} "
                               f"was trained for; pass n_ctx <= {model.info.n_ctx_train}")
+        if not isinstance(n_seq, int) or isinstance(n_seq, bool) or not 1 <= n_seq <= 64:
+            raise ConfigError(f"n_seq={n_seq!r} must be an integer from 1 to 64")
         self.spec.check_batch(n_batch)
         self.model = model
         self._owned_draft: Model | None = None
@@ -171,7 +175,7 @@ class Session:
             n_threads=_threads(n_threads), n_threads_batch=_threads(n_threads_batch or n_threads),
             type_k=_kv_type(type_k, "type_k"), type_v=_kv_type(type_v, "type_v"),
             flash_attn=-1 if flash_attn is None else int(bool(flash_attn)),
-            threads_budgeted=n_threads is None and n_threads_batch is None)
+            threads_budgeted=n_threads is None and n_threads_batch is None, n_seq=n_seq)
         _ns.set_memory(self._handle, memory)
         _ns.set_prefix_cache(self._handle, prefix_cache, prefix_checkpoint_bytes)
         self.memory = memory
@@ -179,8 +183,10 @@ class Session:
         self.prefix_cache = prefix_cache
         """Whether a run reuses the prompt prefix the context kept from earlier runs."""
         self._decoder = BatchDecoder()
-        # Per `which` (0 cumulative, 1 last run): (stats version, snapshot).
-        self._snapshots: list[tuple[int, StatsSnapshot | None]] = [(-1, None), (-1, None)]
+        # Per (sequence or None, which: 0 cumulative, 1 last run): (stats version, snapshot).
+        self._snapshots: dict[tuple[int | None, int], tuple[int, StatsSnapshot]] = {}
+        self.n_seq = n_seq
+        """Sequences that run together in one batch (`SessionSlot`); n_ctx is each one's."""
         self.n_ctx = _ns.n_ctx(self._handle)
         self.n_batch = _ns.n_batch(self._handle)
 
@@ -211,7 +217,7 @@ class Session:
     def run(self, prompt: str | Sequence[int], *, max_tokens: int = 256, emit_stats_every: int = 0,
             add_special: bool = True, parse_special: bool = False, sampling: Sampling | None = None,
             on_events: EventSink | None = None, clear_cancel: bool = True, logprobs: int | None = None,
-            **sampling_options: Any) -> RunResult:
+            seq: int | None = None, **sampling_options: Any) -> RunResult:
         """Generate from prompt until max_tokens, end of generation or cancel.
 
         on_events receives each loop step's events (Token, Stats, and finally
@@ -219,6 +225,9 @@ class Session:
         ``logprobs=n`` (0 to 20) each Token carries the target's
         log-probability and its n most likely alternatives. Raises
         SpecActorError subclasses for invalid input before anything runs.
+        ``seq`` runs the request on that sequence of a session made with
+        ``n_seq`` > 1, beside the runs on its other sequences (see
+        `SessionSlot`); on_events may then return `PAUSE_SEQUENCE`.
         """
         if sampling is None:
             sampling = Sampling.from_options(**sampling_options)
@@ -229,15 +238,19 @@ class Session:
                 raise ConfigError(f"{name}={value!r} must be an integer >= {1 if name == 'max_tokens' else 0}")
         check_logprobs(logprobs)
         tokens = self.tokenize(prompt, add_special=add_special, parse_special=parse_special)
-        _ns.set_logprobs(self._live(), logprobs)
-        _ns.set_grammar_prefill(self._live(), sampling.grammar_prefill if sampling.grammar else "")
-        _nj.set_grammar_triggers(self._live(), sampling.grammar_triggers if sampling.grammar else None)
-        if clear_cancel:
-            self.clear_cancel()
+        prefill = sampling.grammar_prefill if sampling.grammar else ""
+        if seq is None:
+            _ns.set_logprobs(self._live(), logprobs)
+            _ns.set_grammar_prefill(self._live(), prefill)
+            if clear_cancel:
+                self.clear_cancel()
+        elif clear_cancel:
+            _ns.clear_cancel_seq(self._live(), seq)
         collector = _Collector(self._decoder, on_events)
         status = _ns.run(self._live(), tokens, max_tokens=max_tokens, emit_stats_every=emit_stats_every,
-                         sampling=sampling.native_params(), on_batch=collector)
-        return collector.result(status, self.last_stats())
+                         sampling=sampling.native_params(), on_batch=collector, seq=seq, logprobs=logprobs,
+                         grammar_prefill=prefill)
+        return collector.result(status, self._snapshot(1, seq))
 
     def cancel(self) -> None:
         """Stop the current run as soon as possible (any thread, lock-free; no-op once closed)."""
@@ -259,18 +272,24 @@ class Session:
         """Statistics of the current or last run (lock-free, any thread)."""
         return self._snapshot(1)
 
-    def _snapshot(self, which: int) -> StatsSnapshot:
+    def _snapshot(self, which: int, seq: int | None = None) -> StatsSnapshot:
         # Snapshots are frozen, so while nothing changed (a loop step takes
         # milliseconds, pollers ask far more often) the last one is reused:
         # one native call instead of building a new snapshot. The version is
         # read first, so a cached snapshot is never older than its version.
         handle = self._live()
-        version = _ns.stats_version(handle)
-        cached_version, snapshot = self._snapshots[which]
-        if cached_version != version or snapshot is None:
-            snapshot = StatsSnapshot.from_fields(**_ns.stats(handle, which))
-            self._snapshots[which] = (version, snapshot)
+        version = _ns.stats_version(handle) if seq is None else _ns.seq_stats_version(handle, seq)
+        cached = self._snapshots.get((seq, which))
+        if cached is not None and cached[0] == version:
+            return cached[1]
+        fields = _ns.stats(handle, which) if seq is None else _ns.seq_stats(handle, seq, which)
+        snapshot = StatsSnapshot.from_fields(**fields)
+        self._snapshots[(seq, which)] = (version, snapshot)
         return snapshot
+
+    def steps(self) -> int:
+        """Decodes run since the session was made, all sequences together (one per engine step)."""
+        return _ns.steps(self._live())
 
     def forget(self) -> None:
         """Drop the cross-request memory and the kept prefix; the next run starts with none (any thread, lock-free)."""
@@ -338,6 +357,106 @@ class Session:
         self.close()
 
 
+def can_batch(model: Model, spec: Spec | str = DEFAULT_SPEC, *, n_batch: int = 2048, n_ubatch: int = 512) -> bool:
+    """Whether a `Session` with ``n_seq`` > 1 is possible for model and spec (docs/decisions/0050).
+
+    Not yet for recurrent or hybrid models, nor for specs that draft with a
+    second context (a draft model, MTP, EAGLE-3, DFlash); False also for a
+    spec that is invalid (making the session then says why).
+    """
+    try:
+        spec = Spec(spec) if isinstance(spec, str) else spec
+    except ConfigError:
+        return False
+    if not isinstance(spec, Spec) or spec.draft_model is not None or not isinstance(n_batch, int) \
+            or not isinstance(n_ubatch, int):
+        return False
+    return _ns.can_batch(model.handle, spec=spec.native_params(), draft_model=None, n_batch=n_batch,
+                         n_ubatch=min(n_ubatch, n_batch))
+
+
+class SessionSlot:
+    """One sequence of a `Session` made with ``n_seq`` > 1: what one actor of a batched pool runs on.
+
+    Has the part of `Session`'s API that `GenerationActor` uses. Runs on
+    different slots of one session go on at the same time, in one batch per
+    engine step (docs/decisions/0050); ``stats`` and ``last_stats`` count
+    this slot's requests only.
+
+    Thread-safety and cancellation as `Session`, per sequence: ``cancel``
+    stops this slot's request within one step and no other. ``close`` only
+    stops using the session: its owner (`open_pool`) frees it once every
+    slot's actor has ended.
+    """
+
+    pauses = True
+    """A run's event sink pauses the sequence (`PAUSE_SEQUENCE`) instead of blocking the batch."""
+
+    def __init__(self, session: Session, seq: int) -> None:
+        self._session = session
+        self.seq = seq
+        self._closed = False
+
+    @property
+    def model(self) -> Model:
+        return self._session.model
+
+    @property
+    def spec(self) -> Spec:
+        return self._session.spec
+
+    @property
+    def n_ctx(self) -> int:
+        return self._session.n_ctx
+
+    @property
+    def closed(self) -> bool:
+        return self._closed or self._session.closed
+
+    def tokenize(self, prompt: str | Sequence[int], **options: Any) -> list[int]:
+        return self._session.tokenize(prompt, **options)
+
+    def run(self, prompt: str | Sequence[int], **options: Any) -> RunResult:
+        """`Session.run` on this slot's sequence."""
+        return self._session.run(prompt, seq=self.seq, **options)
+
+    def cancel(self) -> None:
+        """Stop this slot's request within one step (any thread, lock-free; no-op once closed)."""
+        handle = self._session._handle
+        if handle is not None:
+            _ns.cancel_seq(handle, self.seq)
+
+    def clear_cancel(self) -> None:
+        _ns.clear_cancel_seq(self._session._live(), self.seq)
+
+    def resume(self) -> None:
+        """Undo one pause of the running request (any thread; no-op once closed)."""
+        handle = self._session._handle
+        if handle is not None:
+            _ns.resume_seq(handle, self.seq)
+
+    def stats(self) -> StatsSnapshot:
+        """Cumulative statistics of this slot's requests (lock-free, any thread)."""
+        return self._session._snapshot(0, self.seq)
+
+    def last_stats(self) -> StatsSnapshot:
+        """Statistics of this slot's current or last request (lock-free, any thread)."""
+        return self._session._snapshot(1, self.seq)
+
+    def steps(self) -> int:
+        return self._session.steps()
+
+    def forget(self) -> None:
+        """`Session.forget`: every slot's kept prefix and the shared memory."""
+        self._session.forget()
+
+    def print_stats(self) -> None:
+        self._session.print_stats()
+
+    def close(self) -> None:
+        self._closed = True
+
+
 class _Collector:
     """Decodes native event batches into events and accumulates the result."""
 
@@ -349,7 +468,7 @@ class _Collector:
         self.tokens: list[int] = []
         self.terminal: Done | Eog | Error | None = None
 
-    def __call__(self, data: bytes) -> bool:
+    def __call__(self, data: bytes) -> bool | str:
         events: list[Event] = []
         for raw in self._decoder.decode(data):
             if isinstance(raw, RawToken):
@@ -363,7 +482,8 @@ class _Collector:
                 self.terminal = raw
             events.append(raw)
         if self._sink is not None:
-            return self._sink(events) is not False
+            answer = self._sink(events)
+            return answer if answer is PAUSE_SEQUENCE else answer is not False
         return True
 
     def _flush_into(self, events: list[Event]) -> None:

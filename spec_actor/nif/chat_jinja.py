@@ -44,12 +44,3 @@ def parse(text: str, chat: dict[str, Any], *, partial: bool) -> dict[str, Any]:
                                                  sort_keys=True).encode("utf-8")
     return _json_out(lib.sa_chat_jinja_parse, data, int(partial), params, what="tool call parser",
                      size_hint=2 * len(data) + 4096)
-
-
-def set_grammar_triggers(handle: Any, triggers: str | None) -> None:
-    """The grammar of the session's following runs is lazy, from these triggers (JSON text) on; None: not lazy.
-
-    Raises ConfigError naming a bad trigger (type, token, or a pattern that is not a regex).
-    """
-    check(lib.sa_session_set_grammar_triggers(handle, ffi.NULL if triggers is None else triggers.encode("utf-8")),
-          "grammar triggers")

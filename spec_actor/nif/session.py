@@ -16,6 +16,12 @@ SessionHandle = Any  # cdata 'sa_session *', freed by ffi.gc
 OK = lib.SA_OK
 CANCELLED = lib.SA_CANCELLED
 STOPPED = lib.SA_STOPPED
+PAUSE: int = lib.SA_CB_PAUSE
+"""What an ``on_batch`` returns to pause its sequence until `resume_seq` (the batch goes on without it)."""
+
+
+PAUSE_ANSWER = "pause"
+"""The ``on_batch`` answer that pauses the sequence (True goes on, False stops)."""
 
 
 class _Callback:
@@ -32,7 +38,8 @@ class _Callback:
 def _sa_on_events(user: Any, data: Any, size: int) -> int:
     callback: _Callback = ffi.from_handle(user)
     try:
-        return 0 if callback.fn(ffi.buffer(data, size)[:]) else 1
+        answer = callback.fn(ffi.buffer(data, size)[:])
+        return PAUSE if answer is PAUSE_ANSWER else 0 if answer else 1
     except BaseException as exc:  # noqa: BLE001 - re-raised by run() on its own thread
         callback.error = exc
         return 1
@@ -40,7 +47,7 @@ def _sa_on_events(user: Any, data: Any, size: int) -> int:
 
 def new(model: Any, *, spec: Mapping[str, Any], draft_model: Any, n_ctx: int, n_batch: int, n_ubatch: int,
         n_threads: int, n_threads_batch: int, type_k: int, type_v: int, flash_attn: int,
-        threads_budgeted: bool = False) -> SessionHandle:
+        threads_budgeted: bool = False, n_seq: int = 1) -> SessionHandle:
     """Create a session (contexts + speculative state) on a loaded model.
 
     ``spec`` holds the ``sa_spec_params`` fields by name, with ``type`` as
@@ -48,29 +55,46 @@ def new(model: Any, *, spec: Mapping[str, Any], draft_model: Any, n_ctx: int, n_
     ``draft_model``, which is the loaded draft model's handle or None.
     ``threads_budgeted``: the thread counts are defaults, which the
     process-wide thread budget may lower while other sessions generate.
+    ``n_seq``: sequences run together in one batch (n_ctx is per sequence).
     """
     keepalive: list[Any] = []
     cparams = new_struct("sa_context_params *", {
         "n_ctx": n_ctx, "n_batch": n_batch, "n_ubatch": n_ubatch, "n_threads": n_threads,
         "n_threads_batch": n_threads_batch, "type_k": type_k, "type_v": type_v, "flash_attn": flash_attn,
-        "threads_budgeted": int(threads_budgeted),
+        "threads_budgeted": int(threads_budgeted), "n_seq": n_seq,
     }, keepalive)  # fmt: skip
-    sparams = new_struct("sa_spec_params *", {**spec, "type": SPEC_TYPE_IDS[spec["type"]]}, keepalive)
-    sparams.draft_model = draft_model if draft_model is not None else ffi.NULL
+    sparams = _spec_params(spec, draft_model, keepalive)
     out = ffi.new("sa_session **")
     check(lib.sa_session_new(model, cparams, sparams, out), "open session")
     return ffi.gc(out[0], lib.sa_session_free)
 
 
+def _spec_params(spec: Mapping[str, Any], draft_model: Any, keepalive: list[Any]) -> Any:
+    sparams = new_struct("sa_spec_params *", {**spec, "type": SPEC_TYPE_IDS[spec["type"]]}, keepalive)
+    sparams.draft_model = draft_model if draft_model is not None else ffi.NULL
+    return sparams
+
+
+def can_batch(model: Any, *, spec: Mapping[str, Any], draft_model: Any, n_batch: int, n_ubatch: int) -> bool:
+    """Whether a session on model with this spec may run several sequences in one batch."""
+    keepalive: list[Any] = []
+    cparams = new_struct("sa_context_params *", {"n_batch": n_batch, "n_ubatch": n_ubatch}, keepalive)
+    return bool(lib.sa_session_can_batch(model, cparams, _spec_params(spec, draft_model, keepalive)))
+
+
 def run(handle: SessionHandle, tokens: list[int], *, max_tokens: int, emit_stats_every: int,
-        sampling: Mapping[str, Any], on_batch: Callable[[bytes], bool]) -> int:
+        sampling: Mapping[str, Any], on_batch: Callable[[bytes], Any], seq: int | None = None,
+        logprobs: int | None = None, grammar_prefill: str = "") -> int:
     """Run one generation, calling on_batch(msgpack bytes) once per loop step.
 
     ``sampling`` holds the ``sa_sampling_params`` fields by name (strings
     for the grammar, None for no grammar). on_batch returns True to
-    continue. Returns OK (a terminal event was delivered), CANCELLED or
-    STOPPED; raises for invalid input and re-raises an exception that
-    on_batch raised. Blocks: call it from a worker thread.
+    continue (`PAUSE_ANSWER`: pause until `resume_seq`). Returns OK (a
+    terminal event was delivered), CANCELLED or STOPPED; raises for invalid
+    input and re-raises an exception that on_batch raised. Blocks: call it
+    from a worker thread. With ``seq`` the request runs on that sequence
+    with its own ``logprobs`` and ``grammar_prefill``; without, on sequence
+    0 with the session's settings.
     """
     keepalive: list[Any] = []
     params = ffi.new("sa_run_params *")
@@ -82,7 +106,11 @@ def run(handle: SessionHandle, tokens: list[int], *, max_tokens: int, emit_stats
     fill(params.sampling, sampling, keepalive)
     callback = _Callback(on_batch)
     user = ffi.new_handle(callback)
-    status = lib.sa_session_run(handle, params, lib._sa_on_events, user)
+    if seq is None:
+        status = lib.sa_session_run(handle, params, lib._sa_on_events, user)
+    else:
+        status = lib.sa_session_run_seq(handle, seq, params, -1 if logprobs is None else logprobs,
+                                        grammar_prefill.encode("utf-8"), lib._sa_on_events, user)
     if callback.error is not None:
         raise callback.error
     if status not in (OK, CANCELLED, STOPPED):
@@ -110,6 +138,29 @@ def clear_cancel(handle: SessionHandle) -> None:
     lib.sa_session_clear_cancel(handle)
 
 
+def n_seq(handle: SessionHandle) -> int:
+    return lib.sa_session_n_seq(handle)
+
+
+def cancel_seq(handle: SessionHandle, seq: int) -> None:
+    """Ask seq's request to stop within one step (any thread, lock-free)."""
+    lib.sa_session_cancel_seq(handle, seq)
+
+
+def clear_cancel_seq(handle: SessionHandle, seq: int) -> None:
+    lib.sa_session_clear_cancel_seq(handle, seq)
+
+
+def resume_seq(handle: SessionHandle, seq: int) -> None:
+    """Undo one pause of seq (any thread)."""
+    lib.sa_session_resume_seq(handle, seq)
+
+
+def steps(handle: SessionHandle) -> int:
+    """Decodes the session's engine has run."""
+    return lib.sa_session_steps(handle)
+
+
 _ARRAY_FIELDS = tuple(name for name in STATS_FIELDS if stats_field_kind(name) == "array")
 _SCALAR_FIELDS = tuple(name for name in STATS_FIELDS if name not in _ARRAY_FIELDS)
 
@@ -123,6 +174,17 @@ def stats(handle: SessionHandle, which: int) -> dict[str, Any]:
     s = ffi.new("sa_stats *")
     lib.sa_session_stats(handle, which, s)
     return snapshot_values(s)
+
+
+def seq_stats(handle: SessionHandle, seq: int, which: int) -> dict[str, Any]:
+    """`stats` of one sequence's requests."""
+    s = ffi.new("sa_stats *")
+    lib.sa_session_seq_stats(handle, seq, which, s)
+    return snapshot_values(s)
+
+
+def seq_stats_version(handle: SessionHandle, seq: int) -> int:
+    return lib.sa_session_seq_stats_version(handle, seq)
 
 
 def snapshot_values(s: Any) -> dict[str, Any]:

@@ -1,0 +1,161 @@
+#include "engine.h"
+#include "auto_drafter.h"
+#include "generation.h"
+#include "session.h"
+
+#include <algorithm>
+#include <string>
+
+bool sa_session::abort_decode() const {
+    if (cancelled()) return true;
+    const int32_t sole = engine ? engine->sole.load(std::memory_order_relaxed) : -1;
+    return sole >= 0 && engine->slots[(size_t) sole]->cancel.load(std::memory_order_relaxed);
+}
+
+namespace sa {
+
+Slot::~Slot() {
+    own_drafter.reset();  // refers to own_spec
+    common_speculative_free(own_spec);
+}
+
+namespace {
+
+// A slot's own drafter, made like the session's (create_session); slots > 0
+// exist only where no draft context is needed (sa_session_can_batch).
+sa_status make_slot_drafter(sa_session & s, Slot & slot) {
+    if (s.plan.type != SA_SPEC_NONE) {
+        common_params_speculative ps = make_spec_params(s);
+        try {
+            slot.own_spec = common_speculative_init(ps, 1);
+        } catch (const std::exception & e) {
+            return fail(SA_ERR_SPEC, spec_type_name(s.plan.type) + " setup failed: " + e.what());
+        }
+        if (slot.own_spec == nullptr) return fail(SA_ERR_SPEC, spec_type_name(s.plan.type) + " could not be initialised");
+    }
+    sa_status st = make_drafter(s, slot.own_spec, slot.own_drafter);
+    slot.drafter = slot.own_drafter.get();
+    return st;
+}
+
+bool any_runnable(const Engine & e) {
+    return std::any_of(e.active.begin(), e.active.end(), [](const Sequence * q) { return !q->ended() && q->runnable(); });
+}
+
+// One step for the sequences given: each plans its part of one batch (those
+// already decoding first, so a prompt never crowds out a verification), one
+// decode, each takes its outputs. Run by the thread holding Engine::stepping.
+void step(sa_session & s, const std::vector<Sequence *> & seqs) {
+    Engine & e = *s.engine;
+    if (!e.threads) e.threads.emplace(s.threads, s.ctx_tgt, s.ctx_dft);
+    e.threads->refresh();
+    common_batch & batch = e.batch;
+    batch.clear();
+    const int32_t n_batch = (int32_t) llama_n_batch(s.ctx_tgt);
+    std::vector<Sequence *> in;
+    for (const bool decoding : {true, false}) {
+        for (Sequence * q : seqs) {
+            if (q->ended() || !q->runnable() || q->decoding() != decoding) continue;
+            if (q->plan(batch, n_batch - batch.size()) > 0) in.push_back(q);
+        }
+    }
+    if (in.empty()) return;
+    e.sole.store(in.size() == 1 ? in[0]->slot().seq : -1);
+    const int64_t t0 = ggml_time_us();
+    const int32_t ret = llama_process(s.ctx_tgt, LLAMA_PROCESS_TYPE_DECODE, batch.get());
+    const int64_t t_us = ggml_time_us() - t0;
+    e.sole.store(-1);
+    e.steps.fetch_add(1);
+    if (ret != 0) {
+        const std::string detail = last_native_log_error();
+        for (Sequence * q : in) q->decode_failed(ret, detail);
+        return;
+    }
+    if (s.fail_decode_at.load() > 0 && s.fail_decode_at.fetch_sub(1) == 1) {
+        for (Sequence * q : in) q->decode_failed(0, "injected by sa_testing_fail_decode");
+        return;
+    }
+    for (Sequence * q : in) q->complete(batch, t_us);
+}
+
+}  // namespace
+
+sa_status create_engine(sa_session & s, int32_t n_seq) {
+    auto e = std::make_unique<Engine>();
+    e->batch = common_batch(s.ctx_tgt);
+    for (int32_t i = 0; i < n_seq; ++i) {
+        auto slot = std::make_unique<Slot>();
+        slot->seq = i;
+        if (i == 0) {
+            slot->stats = &s.stats;
+            slot->prefix = &s.prefix;
+            slot->drafter = s.drafter.get();
+        } else {
+            slot->own_stats = std::make_unique<Stats>();
+            slot->own_prefix = std::make_unique<PrefixCache>();
+            slot->stats = slot->own_stats.get();
+            slot->prefix = slot->own_prefix.get();
+            slot->prefix->seq = i;
+            slot->stats->set_n_draft(s.drafter ? s.plan.n_verify : 0);
+            if (sa_status st = make_slot_drafter(s, *slot); st != SA_OK) return st;
+        }
+        e->slots.push_back(std::move(slot));
+    }
+    s.engine = std::move(e);
+    return SA_OK;
+}
+
+sa_status run_on_slot(sa_session & s, int32_t seq, const sa_run_params & p, common_sampler * smpl, int32_t n_logprobs,
+                      sa_event_cb cb, void * user) {
+    Engine & e = *s.engine;
+    Slot & slot = *e.slots[(size_t) seq];
+    Sequence q(s, slot, p, smpl, n_logprobs, cb, user);
+    std::unique_lock<std::mutex> lock(e.mu);
+    if (slot.busy) return fail(SA_ERR_INVALID_ARG, "sequence " + std::to_string(seq) + " is already running a request");
+    slot.busy = true;
+    slot.pauses.store(0);  // a resume owed to an earlier request is void
+    e.active.push_back(&q);
+    e.cv.notify_all();
+    // Leaves the engine as the next caller expects it, also when a step throws.
+    struct Leave {
+        Engine & e;
+        Slot & slot;
+        Sequence * q;
+        std::unique_lock<std::mutex> & lock;
+        ~Leave() {
+            if (!lock.owns_lock()) lock.lock();
+            e.active.erase(std::remove(e.active.begin(), e.active.end(), q), e.active.end());
+            slot.busy = false;
+            if (e.active.empty() && !e.stepping) e.threads.reset();
+            e.cv.notify_all();
+        }
+    } leave{e, slot, &q, lock};
+    while (true) {
+        // a step under way may still read q: leave only after it
+        if (e.stepping) {
+            e.cv.wait(lock);
+            continue;
+        }
+        if (q.ended()) break;
+        if (!any_runnable(e)) {
+            e.cv.wait(lock);
+            continue;
+        }
+        e.stepping = true;
+        const std::vector<Sequence *> seqs = e.active;
+        lock.unlock();
+        struct Release {
+            Engine & e;
+            std::unique_lock<std::mutex> & lock;
+            ~Release() {
+                if (!lock.owns_lock()) lock.lock();
+                e.stepping = false;
+                e.cv.notify_all();
+            }
+        } release{e, lock};
+        step(s, seqs);
+    }
+    return q.status();
+}
+
+}  // namespace sa

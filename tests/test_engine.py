@@ -1,0 +1,218 @@
+"""The batched engine: a pool's requests as the sequences of one session (docs/decisions/0050).
+
+Every request in the batch must give what the same request gives alone on
+a plain session: exactly on the float32 tiny model, within Gemma's
+near-ties (decision 0031). Progress is asserted in engine steps, never in
+seconds.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import threading
+from typing import Any
+
+import pytest
+import trio
+from greedy_helpers import GEMMA_NEAR_TIE, first_difference
+from tiny_model_fixtures import hybrid_model, tiny_draft, tiny_paths, tiny_target  # noqa: F401
+
+import spec_actor
+from spec_actor import Done, Eog, Error, Session, Token
+from spec_actor._pool import open_pool
+from spec_actor._session import can_batch
+
+N_CTX = 256
+N = 24
+
+
+def _prompts(model: spec_actor.Model, n: int, seed: int = 7) -> list[list[int]]:
+    """n token prompts of different lengths (3 to 60 tokens)."""
+    rng = random.Random(seed)
+    n_vocab = model.info.n_vocab
+    return [[rng.randrange(1, n_vocab) for _ in range(rng.randrange(3, 60))] for _ in range(n)]
+
+
+def _alone(model: spec_actor.Model, spec: str, prompt: Any, **options: Any) -> list[int]:
+    """The request's tokens on a fresh plain session of its own."""
+    with Session(model, spec=spec, n_ctx=N_CTX, prefix_cache=False, n_threads=1) as session:
+        return list(session.run(prompt, **options).tokens)
+
+
+async def _collect(pool: Any, prompt: Any, **options: Any) -> tuple[list[int], Any]:
+    """A request's token ids and its terminal event."""
+    tokens: list[int] = []
+    terminal = None
+    async with pool.stream_events(prompt, **options) as events:
+        async for ev in events:
+            if isinstance(ev, Token) and ev.id >= 0:
+                tokens.append(ev.id)
+            elif isinstance(ev, (Done, Eog, Error)):
+                terminal = ev
+    return tokens, terminal
+
+
+def _options(i: int, sampled: bool) -> dict[str, Any]:
+    """Request i's sampling: greedy, or (every fourth, where asked) sampled with its own seed."""
+    if sampled and i % 4 == 3:
+        return {"max_tokens": N, "temp": 0.9, "seed": 1000 + i}
+    return {"max_tokens": N, "temp": 0.0}
+
+
+def _open(model: spec_actor.Model, spec: str, size: int, **options: Any) -> Any:
+    return open_pool(model, size=size, spec=spec, n_ctx=N_CTX, n_batch=64, n_ubatch=64, memory=0, **options)
+
+
+# ngram-simple drafts from the request's own tokens only, so a sampled
+# request consumes its random numbers alike in the batch and alone; auto's
+# draft lengths follow measured times, so there only greedy output is fixed.
+@pytest.mark.parametrize(("spec", "sampled"), [("ngram-simple", True), ("auto", False), ("none", True)])
+async def test_eight_requests_in_one_batch_equal_their_lone_runs(tiny_target, spec, sampled):  # noqa: F811
+    prompts = _prompts(tiny_target, 8)
+    expected = [_alone(tiny_target, spec, p, **_options(i, sampled)) for i, p in enumerate(prompts)]
+    got: dict[int, list[int]] = {}
+    async with _open(tiny_target, spec, 8) as pool:
+        assert pool.batched
+        session = pool.actors[0].session
+
+        async def one(i: int) -> None:
+            got[i], terminal = await _collect(pool, prompts[i], **_options(i, sampled))
+            assert isinstance(terminal, (Done, Eog))
+
+        async with trio.open_nursery() as nursery:
+            for i in range(8):
+                nursery.start_soon(one, i)
+        steps = session.steps()
+    for i in range(8):
+        assert got[i] == expected[i], f"request {i} differs at {first_difference(got[i], expected[i])}"
+    # one decode served several sequences: fewer steps than tokens made
+    assert steps < sum(len(t) for t in expected) / 2
+
+
+async def test_gemma_batch_equals_lone_runs_within_near_ties(gemma):
+    prompts = ["Once upon a time", "The capital of France is", "def fib(n):\n    ", "List three colors:",
+               "Water boils at", "My favourite food is", "The quick brown fox", "In 1969, the first"]
+    grammar = 'root ::= [ a-zA-Z,.]+'
+    opts = [{"max_tokens": 16, "temp": 0.0, **({"grammar": grammar} if i % 3 == 1 else {})} for i in range(8)]
+    # no prefix cache on the reference: what it held must not change batch shapes (decision 0031)
+    with Session(gemma, spec="none", n_ctx=N_CTX, prefix_cache=False) as plain:
+        expected = [list(plain.run(p, **o).tokens) for p, o in zip(prompts, opts)]
+        got: dict[int, list[int]] = {}
+        async with open_pool(gemma, size=8, n_ctx=N_CTX) as pool:
+            assert pool.batched
+
+            async def one(i: int) -> None:
+                got[i], _ = await _collect(pool, prompts[i], **opts[i])
+
+            async with trio.open_nursery() as nursery:
+                for i in range(8):
+                    nursery.start_soon(one, i)
+        for i in range(8):
+            j = first_difference(got[i], expected[i])
+            if j is None:
+                continue
+            top1, top2, margin = plain.top2(plain.tokenize(prompts[i]) + got[i][:j])
+            assert {got[i][j], expected[i][j]} == {top1, top2} and margin < GEMMA_NEAR_TIE, (i, j, margin)
+
+
+def _threads_and_fds() -> tuple[int, int]:
+    return threading.active_count(), len(os.listdir("/proc/self/fd"))
+
+
+async def test_cancelling_one_of_n_leaves_the_others_equal_to_their_lone_runs(tiny_target):  # noqa: F811
+    rng = random.Random(11)
+    prompts = _prompts(tiny_target, 5, seed=3)
+    prompts[4] = (prompts[4] * 8)[:150]  # the victim: a long prompt, prefilled over several steps
+    expected = [_alone(tiny_target, "auto", p, max_tokens=N, temp=0.0) for p in prompts[:4]]
+    async with _open(tiny_target, "auto", 4, stream_buffer=1) as pool:
+        before = None
+        for round_ in range(12):
+            where = rng.choice(["queued", "prefill", "decode"])
+            after = rng.randrange(1, 6)
+            got: dict[int, list[int]] = {}
+
+            async def victim() -> None:
+                async with pool.stream_events(prompts[4], max_tokens=200, temp=0.0) as events:
+                    if where == "queued":
+                        return  # left before an actor took it: all four are busy
+                    n = 0
+                    async for ev in events:
+                        n += isinstance(ev, Token)
+                        if where == "prefill" or n >= after:
+                            return
+
+            ends: dict[int, Any] = {}
+
+            async def other(i: int) -> None:
+                got[i], ends[i] = await _collect(pool, prompts[i], max_tokens=N, temp=0.0)
+
+            async with trio.open_nursery() as nursery:
+                for i in range(4 if where == "queued" else 3):
+                    nursery.start_soon(other, i)
+                await trio.sleep(0)
+                nursery.start_soon(victim)
+            if where != "queued":
+                got[3], ends[3] = await _collect(pool, prompts[3], max_tokens=N, temp=0.0)
+            for i in range(4):
+                assert got[i] == expected[i], (round_, where, i, ends[i])
+            if before is None:
+                before = _threads_and_fds()
+        threads, fds = _threads_and_fds()
+        # no leak over the rounds: the fds of the first, and threads for at most
+        # the four actors' runs and trio's spare worker threads (or what trio's
+        # thread cache still held from an earlier test after the first round)
+        assert fds == before[1] and threads <= max(before[0], 1 + 4 + 2)
+
+
+async def test_a_reader_that_stops_pauses_only_its_own_sequence(tiny_target):  # noqa: F811
+    prompts = _prompts(tiny_target, 3, seed=5)
+    async with _open(tiny_target, "none", 3, stream_buffer=1) as pool:
+        session = pool.actors[0].session
+        async with pool.stream_events(prompts[0], max_tokens=64, temp=0.0) as slow:
+            await slow.__anext__()  # read one batch, then stop reading
+            slow_actor = next(a for a in pool.actors if a.busy)
+            start_steps = session.steps()
+            others = [await _collect(pool, p, max_tokens=48, temp=0.0) for p in prompts[1:]]
+            assert all(len(t) == 48 for t, _ in others)
+            # the others ran 96 steps (spec none: one token each); the paused one
+            # made at most the batches its channel holds, plus the one in flight
+            assert session.steps() - start_steps >= 96
+            assert slow_actor.session.last_stats().tokens_emitted <= 4
+            rest = [ev.id async for ev in slow if isinstance(ev, Token)]
+        assert len(rest) >= 60  # resumed when read again, to its end
+
+
+async def test_each_requests_statistics_count_its_own_tokens(tiny_target):  # noqa: F811
+    prompts = _prompts(tiny_target, 4, seed=9)
+    results: dict[int, tuple[list[int], Any]] = {}
+    async with _open(tiny_target, "ngram-simple", 4) as pool:
+
+        async def one(i: int) -> None:
+            results[i] = await _collect(pool, prompts[i], max_tokens=8 * (i + 1), temp=0.0)
+
+        async with trio.open_nursery() as nursery:
+            for i in range(4):
+                nursery.start_soon(one, i)
+        for i, (tokens, terminal) in results.items():
+            s = terminal.stats
+            assert s.tokens_emitted == len(tokens)
+            assert s.prompt_tokens == len(prompts[i])
+            assert s.requests == 1 and s.drafts_accepted <= s.drafts_generated
+        total = pool.stats()
+        assert total.tokens_emitted == sum(len(t) for t, _ in results.values())
+        assert total.requests == 4
+
+
+def test_what_cannot_batch_yet(hybrid_model, tiny_target, tiny_draft):  # noqa: F811
+    assert can_batch(tiny_target, "auto") and can_batch(tiny_target, "ngram-mod")
+    assert not can_batch(hybrid_model, "none")  # recurrent state: one sequence per session for now
+    assert not can_batch(tiny_target, spec_actor.Spec("draft-simple", draft_model=tiny_draft))
+    with pytest.raises(spec_actor.ConfigError, match="n_seq"):
+        Session(hybrid_model, spec="none", n_ctx=N_CTX, n_seq=2)
+
+
+async def test_pool_falls_back_to_a_session_per_actor(hybrid_model):  # noqa: F811
+    async with open_pool(hybrid_model, size=2, spec="none", n_ctx=N_CTX) as pool:
+        assert not pool.batched
+        assert await pool.generate([1, 2, 3], max_tokens=4)
