@@ -62,7 +62,7 @@ class GenerationActor(StreamSource):
     """
 
     __slots__ = ("_session", "_max_queue", "_buffer", "_trio_token", "_owner", "_queue", "_lot",
-                 "_current", "_closed", "_failure", "_limiter", "_final_stats")
+                 "_current", "_closed", "_failure", "_limiter", "_final_stats", "_held")
 
     def __init__(self, session: Session, nursery: trio.Nursery, *, max_queue: int, buffer: int) -> None:
         """Serve ``session`` from a task in ``nursery``; the actor frees the session when that task ends."""
@@ -80,6 +80,7 @@ class GenerationActor(StreamSource):
         self._failure: BaseException | None = None
         self._limiter = trio.CapacityLimiter(1)  # our own: the app's to_thread use cannot starve us
         self._final_stats: StatsSnapshot | None = None
+        self._held: list[int] = []  # the tokens of the last request and its reply (what the prefix cache keeps)
         nursery.start_soon(self._serve)
 
     # -- public -----------------------------------------------------------------
@@ -150,8 +151,18 @@ class GenerationActor(StreamSource):
         already running keeps drafting from what it had. After the actor
         closed, does nothing.
         """
+        self._held = []
         if not self._session.closed:
             self._session.forget()
+
+    def shared_prefix(self, tokens: Sequence[int]) -> int:
+        """How many leading ``tokens`` the last request and its reply began with (a pool routes by it)."""
+        held = self._held
+        n = min(len(held), len(tokens))
+        i = 0
+        while i < n and held[i] == tokens[i]:
+            i += 1
+        return i
 
     def print_stats(self) -> None:
         """Print the speculative summary (per drafter under auto) and llama.cpp's performance summary to stderr.
@@ -247,6 +258,7 @@ class GenerationActor(StreamSource):
             self._session.cancel()
         req.deliver(STARTED)
         error: SpecActorError | None = None
+        result: RunResult | None = None
         try:
             result = await trio.to_thread.run_sync(self._run_native, req, limiter=self._limiter)
         except SpecActorError as exc:
@@ -259,6 +271,7 @@ class GenerationActor(StreamSource):
                 error = ActorClosedError("the actor was closed while this request was running")
         finally:
             self._current = None
+            self._held = req.tokens + list(result.tokens) if error is None and result is not None else []
             req.finish(self._session.last_stats(), error)
 
     def _run_native(self, req: Request) -> RunResult | None:

@@ -116,11 +116,24 @@ class ActorPool(StreamSource):
         return self._actors[0].prepare_request(prompt, options)  # every actor has the same context
 
     def submit_request(self, request: Request) -> None:
-        """Package-internal: queue ``request`` on the least busy actor (`RequestQueue`)."""
-        # Least loaded; among equals, round robin so idle actors share the work.
+        """Package-internal: queue ``request`` on the least busy actor (`RequestQueue`).
+
+        Among the least busy, the one whose last request and reply share the
+        longest prefix with this prompt takes it, so a conversation returns
+        to the sequence that keeps its history (the prefix cache). A prefix
+        shorter than a tenth of the prompt (llama-server's slot similarity)
+        counts as none: then round robin, so idle actors share the work.
+        """
         n = len(self._actors)
         order = [self._actors[(self._next + i) % n] for i in range(n)]
-        actor = min(order, key=lambda a: a.load)
+        least = min(a.load for a in order)
+        floor = len(request.tokens) // 10
+
+        def reuse(actor: GenerationActor) -> int:
+            shared = actor.shared_prefix(request.tokens)
+            return shared if shared > floor else 0
+
+        actor = max((a for a in order if a.load == least), key=reuse)
         actor.submit_request(request)
         self._next = (self._actors.index(actor) + 1) % n
 

@@ -6,7 +6,7 @@ import pytest
 import trio
 from actor_fixtures import QUESTION, STORY
 
-from spec_actor import ActorClosedError, ConfigError
+from spec_actor import ActorClosedError, ConfigError, Done, Eog, Token
 from spec_actor._pool import open_pool
 
 
@@ -56,6 +56,30 @@ async def test_pool_sends_requests_to_the_least_busy_actor(gemma):
             async with pool.stream(STORY, max_tokens=2) as second:
                 text = "".join([piece async for piece in second])
             assert text and busy[0].stats().requests == 1
+
+
+async def _turn(pool, prompt: str) -> tuple[str, object]:
+    """One greedy request: its text and its final statistics."""
+    async with pool.stream_events(prompt, max_tokens=8, temp=0.0) as events:
+        evs = [ev async for ev in events]
+    assert isinstance(evs[-1], (Done, Eog))
+    return "".join(ev.text for ev in evs if isinstance(ev, Token)), evs[-1].stats
+
+
+async def test_pool_returns_a_conversation_to_the_actor_that_keeps_it(gemma):
+    """Each conversation's next turn goes to the idle actor holding its history (round robin would swap them)."""
+    story = f"{STORY} {STORY.lower()} and his dog."
+    question = f"{QUESTION} red, yellow and blue; the three secondary colors are"
+    n_story, n_question = len(gemma.tokenizer.encode(story)), len(gemma.tokenizer.encode(question))
+    async with open_pool(gemma, size=2, spec="none", n_ctx=256) as pool:
+        a1, _ = await _turn(pool, story)
+        b1, _ = await _turn(pool, question)
+        _, b2 = await _turn(pool, question + b1 + " Then")
+        _, a2 = await _turn(pool, story + a1 + " Then")
+        assert [a.stats().requests for a in pool.actors] == [2, 2]
+    # a turn on the other actor would reuse only what both conversations start with (BOS)
+    assert b2.prompt_reused >= n_question - 2, b2
+    assert a2.prompt_reused >= n_story - 2, a2
 
 
 async def test_pool_rejects_bad_size(gemma):
