@@ -173,23 +173,24 @@ void AdaptiveDraft::reset(int32_t n_cap, int32_t n_floor) {
 }
 
 LengthChoice best_length(const std::vector<double> & expected, const StepCost & cost, int32_t n_lo, int32_t n_hi,
-                         double extra_us, double sample_us, double min_expected) {
+                         double extra_us, double sample_us, double min_expected, const BatchShare & share) {
     LengthChoice best{n_lo - 1, 0.0};
     n_hi = std::min(n_hi, (int32_t) expected.size() - 1);
     for (int32_t n = std::max(n_lo, 0); n <= n_hi; ++n) {
-        const double e = expected[(size_t) n];
-        if (e < min_expected) continue;
-        const double rate = e / (cost.at(n) + extra_us + sample_us * e);
+        if (expected[(size_t) n] < min_expected) continue;
+        const double e = share.e_others + expected[(size_t) n];
+        const double rate = e / (cost.at(share.n_others + n) + extra_us + sample_us * e);
         if (rate > best.rate * kLongerMustBeat) best = {n, rate};
     }
     return best;
 }
 
-OfferChoice choose_offer(const std::vector<Offer> & offers, const StepCost & cost, double draft_us, double sample_us) {
+OfferChoice choose_offer(const std::vector<Offer> & offers, const StepCost & cost, double draft_us, double sample_us,
+                         const BatchShare & share) {
     static const std::vector<double> kPlainStep{1.0};  // a plain step makes one token
-    OfferChoice best{-1, best_length(kPlainStep, cost, 0, 0, draft_us, sample_us)};
+    OfferChoice best{-1, best_length(kPlainStep, cost, 0, 0, draft_us, sample_us, 0, share)};
     for (size_t i = 0; i < offers.size(); ++i) {
-        const LengthChoice c = best_length(*offers[i].expected, cost, 1, offers[i].n_max, draft_us, sample_us);
+        const LengthChoice c = best_length(*offers[i].expected, cost, 1, offers[i].n_max, draft_us, sample_us, 0, share);
         if (c.n >= 1 && c.rate > best.length.rate * kLongerMustBeat) best = {(int32_t) i, c};
     }
     return best;

@@ -91,6 +91,14 @@ private:
     double shape(int32_t n) const;
 };
 
+// What the other sequences of a batched step put into its one decode
+// (engine.h): a draft is priced by what it adds to that shared step, not as
+// a lone step (docs/decisions/0052).
+struct BatchShare {
+    int32_t n_others = 0;  // their tokens in the decode
+    double e_others = 0;   // the tokens they are expected to make
+};
+
 // A draft length and the expected tokens per microsecond of a step drafting it.
 struct LengthChoice {
     int32_t n = 0;
@@ -101,13 +109,17 @@ struct LengthChoice {
 constexpr double kLongerMustBeat = 1.0001;
 
 // The one draft-length chooser of every drafter: the length n in [n_lo, n_hi]
-// with the most expected tokens per microsecond,
-//   expected[n] / (cost.at(n) + extra_us + sample_us * expected[n]),
+// with the most expected tokens per microsecond of the step,
+//   e / (cost.at(share.n_others + n) + extra_us + sample_us * e),
+//   e = share.e_others + expected[n],
 // where extra_us is the drafting time of the step and sample_us the sampling
-// time per token made. Lengths whose expected tokens are under min_expected
-// are passed over; {n_lo - 1, 0} when none is left.
+// time per token made. Alone in its step (share empty) that is the draft's
+// own rate; in a batch, the batch's, so a draft is worth its tokens only
+// where they outrun what they add to everyone's step. Lengths whose expected
+// tokens are under min_expected are passed over; {n_lo - 1, 0} when none is left.
 LengthChoice best_length(const std::vector<double> & expected, const StepCost & cost, int32_t n_lo, int32_t n_hi,
-                         double extra_us = 0, double sample_us = 0, double min_expected = 0);
+                         double extra_us = 0, double sample_us = 0, double min_expected = 0,
+                         const BatchShare & share = {});
 
 // One drafter's proposal for a step: its expected tokens by draft length
 // (PositionAcceptance::expected) and how many tokens it proposed.
@@ -123,7 +135,8 @@ struct OfferChoice {
     int32_t offer = -1;  // index into the offers; -1: a plain step
     LengthChoice length;
 };
-OfferChoice choose_offer(const std::vector<Offer> & offers, const StepCost & cost, double draft_us, double sample_us);
+OfferChoice choose_offer(const std::vector<Offer> & offers, const StepCost & cost, double draft_us, double sample_us,
+                         const BatchShare & share = {});
 
 // Picks the draft length n that maximises expected tokens per unit of time:
 //   expected(n) / step_cost(n)

@@ -43,6 +43,11 @@ struct MemoryBucket {
 };
 constexpr MemoryBucket kMemoryBuckets[] = {{0, 0.0}, {8, 0.5}, {24, 0.8}};
 
+// Expected tokens of a step verifying n drafted tokens, from an arm's expected-by-length.
+double expected_at(const std::vector<double> & expected, int32_t n) {
+    return expected.empty() ? 1.0 : expected[(size_t) std::min<int32_t>(n, (int32_t) expected.size() - 1)];
+}
+
 }  // namespace
 
 AutoDrafter::~AutoDrafter() { free_arms(); }
@@ -158,6 +163,7 @@ void AutoDrafter::draft(const DraftInput & in, llama_tokens & draft) {
     draft.clear();
     chosen_ = 0;
     last_n_ = 0;
+    expected_ = 1.0;
     pending_ = true;
     ++steps_;
     const int32_t n_max = std::min(in.n_max, n_cap_);
@@ -181,7 +187,7 @@ void AutoDrafter::draft(const DraftInput & in, llama_tokens & draft) {
         offers.push_back({&arm.expected, (int32_t) arm.proposal.size()});
         offered.push_back(&arm);
     }
-    const OfferChoice choice = choose_offer(offers, verify_, d_cheap, s);
+    const OfferChoice choice = choose_offer(offers, verify_, d_cheap, s, in.share);
     const double best_rate = choice.length.rate;
     Arm * best = choice.offer >= 0 ? offered[(size_t) choice.offer] : nullptr;
     int32_t best_n = choice.length.n;
@@ -191,7 +197,7 @@ void AutoDrafter::draft(const DraftInput & in, llama_tokens & draft) {
         const int32_t n_m = std::min(model_n_max_, n_max);
         model_arm_.accept.expected(model_arm_.expected, first_prior_);
         const double d_m = timed && model_arm_.costed ? model_arm_.cost_us : 0.0;
-        const double rate_m = best_length(model_arm_.expected, verify_, n_m, n_m, d_cheap + d_m, s).rate;
+        const double rate_m = best_length(model_arm_.expected, verify_, n_m, n_m, d_cheap + d_m, s, 0, in.share).rate;
         const bool on_merit = rate_m > best_rate * kLongerMustBeat;
         if (on_merit || steps_ - last_model_step_ >= model_explore_every_) {
             last_model_step_ = steps_;
@@ -206,6 +212,7 @@ void AutoDrafter::draft(const DraftInput & in, llama_tokens & draft) {
                 draft = model_arm_.proposal;
                 chosen_ = model_id_;
                 last_n_ = (int32_t) draft.size();
+                expected_ = expected_at(model_arm_.expected, last_n_);
                 return;
             }
         }
@@ -215,6 +222,7 @@ void AutoDrafter::draft(const DraftInput & in, llama_tokens & draft) {
         draft.assign(best->proposal.begin(), best->proposal.begin() + best_n);
         chosen_ = best->id;
         last_n_ = best_n;
+        expected_ = expected_at(best->expected, best_n);
     }
 }
 
@@ -265,7 +273,7 @@ void AutoDrafter::observe(const StepOutcome & out) {
     const llama_tokens & ids = out.ids;
     if (pending_) {
         pending_ = false;
-        verify_.observe(out.n_verified, out.t_verify_us);
+        verify_.observe(out.n_verified + out.n_others, out.t_verify_us);  // the decode's cost, all its tokens
         const double per_token = (double) out.t_sample_us / (double) std::max<size_t>(ids.size(), 1);
         sample_us_ = verify_.measured() && sample_us_ > 0 ? kCostDecay * sample_us_ + (1.0 - kCostDecay) * per_token
                                                           : per_token;

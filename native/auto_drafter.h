@@ -63,6 +63,7 @@ public:
 
     int32_t last_drafter() const override { return chosen_; }
     int32_t n_draft_in_use() const override { return last_n_; }
+    double expected_tokens() const override { return expected_; }
     bool catches_up() const override { return lazy_; }
 
     // Tests and benchmarks: fixes the step cost (StepCost::fix) for the rest of the session.
@@ -117,6 +118,7 @@ private:
     uint64_t model_explore_every_ = 32;  // kModelExploreEvery at first: steps between the model drafter's exploring drafts
     int32_t chosen_ = 0;
     int32_t last_n_ = 0;  // length of the last draft
+    double expected_ = 1.0;  // tokens the last draft's step is expected to make
     bool model_drafted_ = false;  // the model drafter has drafted once (it may accept)
     bool pending_ = false;  // draft() ran and observe() has not yet
     double first_prior_ = PositionAcceptance::kGreedyFirstPrior;

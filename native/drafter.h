@@ -29,6 +29,7 @@ struct DraftInput {
     llama_pos n_past;                  // position of id_last
     llama_token id_last;               // the newest token, verified with the draft
     const llama_tokens & prompt_tgt;   // the tokens before id_last
+    BatchShare share{};                // what the other sequences put into this step's decode
 };
 
 // One verified step.
@@ -39,6 +40,7 @@ struct StepOutcome {
     int64_t t_verify_us;       // verification, including a checkpoint saved or restored for it
     int64_t t_sample_us;
     bool committed;            // false: a rollback re-verifies the accepted prefix next step
+    int32_t n_others = 0;      // tokens of other sequences in the same decode (t_verify_us is all of it)
 };
 
 class Drafter {
@@ -56,6 +58,9 @@ public:
     virtual int32_t last_drafter() const = 0;
     // The draft length to report as in use after draft() (-1: unchanged).
     virtual int32_t n_draft_in_use() const { return -1; }
+    // The tokens the last draft's step is expected to make (1 + its expected
+    // accepted): the share a batched step's later sequences are priced with.
+    virtual double expected_tokens() const { return 1.0; }
     // Whether the drafter brings its own context up to the target's before
     // it drafts, so that context may lag behind (auto's draft model).
     virtual bool catches_up() const { return false; }

@@ -53,10 +53,17 @@ void step(sa_session & s, const std::vector<Sequence *> & seqs) {
     batch.clear();
     const int32_t n_batch = (int32_t) llama_n_batch(s.ctx_tgt);
     std::vector<Sequence *> in;
+    // Each decoding sequence drafts knowing what the ones before it put into
+    // the batch and that each one after it adds at least a token (its share).
+    auto visits = [](const Sequence * q, bool decoding) { return !q->ended() && q->runnable() && q->decoding() == decoding; };
+    int32_t n_after = (int32_t) std::count_if(seqs.begin(), seqs.end(), [&](const Sequence * q) { return visits(q, true); });
+    double e_before = 0;
     for (const bool decoding : {true, false}) {
         for (Sequence * q : seqs) {
-            if (q->ended() || !q->runnable() || q->decoding() != decoding) continue;
+            if (!visits(q, decoding)) continue;
+            if (decoding) q->set_share(BatchShare{batch.size() + --n_after, e_before + n_after});
             if (q->plan(batch, n_batch - batch.size()) > 0) in.push_back(q);
+            if (decoding) e_before += q->expected_tokens();
         }
     }
     if (in.empty()) return;

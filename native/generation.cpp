@@ -168,7 +168,7 @@ bool Sequence::draft_step(int32_t room) {
     const int32_t n_budget =
         first_token ? 0 : std::max(std::min({n_ctx_ - n_past_ - 2, p_.max_tokens - n_emitted_ - 1, room - 1}), 0);
     const int64_t t0 = ggml_time_us();
-    drafter_->draft(DraftInput{n_budget, n_past_, id_last_, prompt_tgt_}, draft_);
+    drafter_->draft(DraftInput{n_budget, n_past_, id_last_, prompt_tgt_, share_}, draft_);
     t_draft_us_ = ggml_time_us() - t0;
     stats_.add(&Counters::t_draft_us, t_draft_us_);
     if (const int32_t n = drafter_->n_draft_in_use(); n >= 0) stats_.set_n_draft(n);
@@ -267,10 +267,15 @@ void Sequence::complete(const common_batch & batch, int64_t t_us) {
             if (i_chunk1_ == n) begin_decoding();
         }
     }
-    if (n_verify > 0) verified(t_verify_us);
+    if (n_verify > 0) verified(t_verify_us, batch.size() - n_chunk - n_verify);
 }
 
-void Sequence::verified(int64_t t_us) {
+double Sequence::expected_tokens() const {
+    if (i_verify_ < 0) return 0.0;
+    return drafter_ && !draft_.empty() ? drafter_->expected_tokens() : 1.0;
+}
+
+void Sequence::verified(int64_t t_us, int32_t n_others) {
     ++n_past_;
     // the step's checkpoint (or the restore that led to this re-verification) is part of its cost
     const int64_t t_verify = t_us + t_checkpoint_us_ + std::exchange(t_restore_us_, 0);
@@ -289,7 +294,7 @@ void Sequence::verified(int64_t t_us) {
     const int32_t n_accepted = (int32_t) ids.size() - 1;
     const int32_t n_rejected = n_draft - n_accepted;
     const bool rolls_back = n_rejected > 0 && rb_.has_tgt && (s_.use_ckpt_tgt || n_rejected > n_rs_);
-    if (drafter_) drafter_->observe(StepOutcome{ids, n_draft, t_draft_us_, t_verify, t_sample, !rolls_back});
+    if (drafter_) drafter_->observe(StepOutcome{ids, n_draft, t_draft_us_, t_verify, t_sample, !rolls_back, n_others});
     const int32_t drafter = n_draft == 0 || !drafter_ ? SA_SPEC_NONE : drafter_->last_drafter();
 
     if (rolls_back) {

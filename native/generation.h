@@ -36,6 +36,12 @@ public:
     int32_t plan(common_batch & batch, int32_t room);
     // After a decode that held this sequence's tokens; t_us: the decode's time.
     void complete(const common_batch & batch, int64_t t_us);
+    // Before plan(): what the step's other decoding sequences put into its
+    // decode, so that its draft is priced by the step it joins.
+    void set_share(const BatchShare & share) { share_ = share; }
+    // After plan(): the tokens this step is expected to make for it (0: it
+    // verifies nothing this step).
+    double expected_tokens() const;
     // The decode failed (ret != 0) or a test injected a failure: ends the request.
     void decode_failed(int32_t ret, const std::string & what);
 
@@ -95,6 +101,7 @@ private:
     int32_t i_verify_ = -1;                // batch index of [last, drafts...]; -1: none this step
     int64_t t_draft_us_ = 0;               // drafting time of this step
     int64_t t_checkpoint_us_ = 0;          // saving the target's state before verifying
+    BatchShare share_;                     // the other sequences' part of this step's decode
 
     bool cancelled() const { return s_.cancelled() || slot_.cancel.load(std::memory_order_relaxed); }
     void start();
@@ -108,7 +115,8 @@ private:
     void plan_verify(common_batch & batch, int32_t room);
     // Drafts into draft_ (and saves the rollback point); false: the request ended.
     bool draft_step(int32_t room);
-    void verified(int64_t t_us);
+    // n_others: tokens of other sequences in the decode.
+    void verified(int64_t t_us, int32_t n_others);
     bool needs_checkpoint(int32_t n) const { return s_.use_ckpt_tgt || (n_rs_ > 0 && n > n_rs_); }
     bool trim(llama_memory_t mem, llama_pos p0);
     void rollback_failed(const char * what);

@@ -373,11 +373,13 @@ sa_status sa_testing_refuse_next_seq_rm(sa_session * session);
  * n_offers proposals, offer i with expected tokens by draft length
  * expected[i * stride + n] for n = 0..n_max[i] (n_max[i] < stride), priced
  * with the step cost us_by_length (as sa_testing_fix_step_cost_table), the
- * step's drafting time draft_us and sampling time per token sample_us.
- * *offer: the chosen offer (-1: a plain step), *n its length. */
+ * step's drafting time draft_us and sampling time per token sample_us, in a
+ * batched step where other sequences put n_others tokens expected to make
+ * e_others tokens (0, 0: alone). *offer: the chosen offer (-1: a plain
+ * step), *n its length. */
 sa_status sa_testing_choose_offer(const double * expected, const int32_t * n_max, int32_t n_offers, int32_t stride,
                                   const double * us_by_length, int32_t n_cost, double draft_us, double sample_us,
-                                  int32_t * offer, int32_t * n);
+                                  int32_t n_others, double e_others, int32_t * offer, int32_t * n);
 /* Feeds a fresh step-cost model (what "auto" and n_draft="auto" price draft
  * lengths with) count observed steps, (n_verified[i] drafted tokens, us[i]
  * microseconds) in order, then stores its predicted cost of a step verifying

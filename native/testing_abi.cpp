@@ -110,10 +110,11 @@ extern "C" sa_status sa_testing_refuse_next_seq_rm(sa_session * s) {
 
 extern "C" sa_status sa_testing_choose_offer(const double * expected, const int32_t * n_max, int32_t n_offers,
                                              int32_t stride, const double * us_by_length, int32_t n_cost,
-                                             double draft_us, double sample_us, int32_t * offer, int32_t * n) {
+                                             double draft_us, double sample_us, int32_t n_others, double e_others,
+                                             int32_t * offer, int32_t * n) {
     if (expected == nullptr || n_max == nullptr || us_by_length == nullptr || offer == nullptr || n == nullptr ||
         n_offers < 0 || n_offers > 64 || stride < 1 || stride > SA_MAX_DRAFT_POS + 1 || n_cost < 1 ||
-        n_cost > SA_MAX_DRAFT_POS + 1) {
+        n_cost > SA_MAX_DRAFT_POS + 1 || n_others < 0 || n_others > 1 << 20 || !(e_others >= 0)) {
         return fail(SA_ERR_INVALID_ARG, "sa_testing_choose_offer: null argument or a size out of range");
     }
     std::vector<std::vector<double>> tables((size_t) n_offers);
@@ -125,7 +126,7 @@ extern "C" sa_status sa_testing_choose_offer(const double * expected, const int3
     }
     StepCost cost;
     cost.fix(std::vector<double>(us_by_length, us_by_length + n_cost));
-    const OfferChoice choice = choose_offer(offers, cost, draft_us, sample_us);
+    const OfferChoice choice = choose_offer(offers, cost, draft_us, sample_us, BatchShare{n_others, e_others});
     *offer = choice.offer;
     *n = choice.length.n;
     return SA_OK;

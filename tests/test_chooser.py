@@ -47,3 +47,19 @@ def test_a_tie_goes_to_the_shorter_draft_and_the_earlier_offer():
     assert nt.choose_offer([even], flat) == (-1, 0)
     better = [1.0, 2.2, 3.3]  # .011 at both lengths: the shorter stays
     assert nt.choose_offer([better, better], flat) == (0, 1)
+
+
+def test_a_draft_in_a_batched_step_is_priced_by_the_step_it_joins():
+    """Alone a sequence drafts long; as other sequences fill the step it drafts less, then not at all."""
+    cost = [1000.0 + 50.0 * k for k in range(9)]  # a step of k + 1 tokens; past 8 the last difference (50) goes on
+    a = [1.0, 1.5, 1.75, 1.875, 1.9375]
+    # alone: plain 1/1000 = .001000; 1.5/1050 = .001429, 1.75/1100 = .001591, 1.875/1150 = .001630,
+    # 1.9375/1200 = .001615
+    assert nt.choose_offer([a], cost) == (0, 3)
+    # beside 7 tokens expected to make 7: plain 8/1350 = .005926; 8.5/1400 = .006071, 8.75/1450 = .006034
+    assert nt.choose_offer([a], cost, n_others=7, e_others=7.0) == (0, 1)
+    weak = [1.0, 1.3]
+    # alone: 1.3/1050 = .001238 beats plain's .001000
+    assert nt.choose_offer([weak], cost) == (0, 1)
+    # beside 15 tokens expected to make 15: plain 16/1750 = .009143 beats 16.3/1800 = .009056
+    assert nt.choose_offer([weak], cost, n_others=15, e_others=15.0) == (-1, 0)
