@@ -78,12 +78,6 @@ void Sequence::keep_prefix(sa_status st) {
     prefix_.keep(s_, std::move(tokens), live, st == SA_OK && settled);
 }
 
-bool Sequence::merges_prompt_and_verify() const {
-    // Under auto the first verification is undrafted (decision 0049) and auto's
-    // cost model takes its first plain-step time from it: alone, not shared
-    // with a prompt chunk.
-    return s_.ctx_dft == nullptr && !needs_checkpoints(s_) && !s_.plan.automatic;
-}
 
 int32_t Sequence::plan(common_batch & batch, int32_t room) {
     i_chunk0_ = i_chunk1_ = 0;
@@ -97,13 +91,8 @@ int32_t Sequence::plan(common_batch & batch, int32_t room) {
     }
     const int32_t n0 = batch.size();
     if (phase_ == Phase::Prefill) {
-        if (!plan_prefill(batch, room)) return batch.size() - n0;
-        if (i_chunk1_ > i_chunk0_) {
-            // complete() begins decoding when the verification cannot join this decode
-            if (!merges_prompt_and_verify() || batch.size() - n0 >= room) return batch.size() - n0;
-            // the last chunk and the first verification share this decode (time to first token)
-            prompt_tgt_.insert(prompt_tgt_.end(), p_.prompt + i_chunk0_, p_.prompt + i_chunk1_);
-        }
+        // a chunk's decode is the prompt's alone: complete() begins decoding after the last one (decision 0050)
+        if (!plan_prefill(batch, room) || i_chunk1_ > i_chunk0_) return batch.size() - n0;
         begin_decoding();
     }
     plan_verify(batch, room - (batch.size() - n0));
@@ -229,7 +218,6 @@ int Sequence::emit(const llama_tokens & ids, int32_t i0, llama_token * eog_id) {
 void Sequence::decode_failed(int32_t ret, const std::string & detail) {
     if (ended_) return;
     const bool prefill = i_verify_ < 0;
-    if (!prefill && i_chunk1_ > i_chunk0_) prompt_tgt_.resize((size_t) i_chunk0_);  // the merged chunk is not in
     const std::string what = prefill ? "prompt prefill" : "decoding";
     if (ret == 0) {  // sa_testing_fail_decode: the decode itself succeeded
         end_with_error(SA_ERR_DECODE, what + " failed: " + detail);
@@ -254,20 +242,14 @@ void Sequence::complete(const common_batch & batch, int64_t t_us) {
         return end_with_error(SA_ERR_DECODE, std::string("the speculative drafter failed to process ") +
                               (n_verify > 0 ? "a batch" : "the prompt"));
     }
-    int64_t t_verify_us = t_us;
-    if (n_chunk > 0) {
-        // a decode shared with the first verification charges the prompt its share of the time
-        const int64_t t_prefill = t_us * n_chunk / (n_chunk + n_verify);
-        stats_.add(&Counters::t_prefill_us, t_prefill);
-        t_verify_us -= t_prefill;
-        if (n_verify == 0) {
-            prompt_tgt_.insert(prompt_tgt_.end(), p_.prompt + i_chunk0_, p_.prompt + i_chunk1_);  // what a cancel keeps
-            const int32_t n = p_.n_prompt - 1;
-            if (i_chunk1_ == n - (s_.ctx_dft ? 1 : 0)) prefix_.checkpoint(s_, i_chunk1_);
-            if (i_chunk1_ == n) begin_decoding();
-        }
+    if (n_chunk > 0) {  // a prompt chunk (its decode never holds this sequence's verification)
+        stats_.add(&Counters::t_prefill_us, t_us);
+        prompt_tgt_.insert(prompt_tgt_.end(), p_.prompt + i_chunk0_, p_.prompt + i_chunk1_);  // what a cancel keeps
+        const int32_t n = p_.n_prompt - 1;
+        if (i_chunk1_ == n - (s_.ctx_dft ? 1 : 0)) prefix_.checkpoint(s_, i_chunk1_);
+        if (i_chunk1_ == n) begin_decoding();
     }
-    if (n_verify > 0) verified(t_verify_us, batch.size() - n_chunk - n_verify);
+    if (n_verify > 0) verified(t_us, batch.size() - n_verify);
 }
 
 double Sequence::expected_tokens() const {

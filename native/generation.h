@@ -106,10 +106,6 @@ private:
     bool cancelled() const { return s_.cancelled() || slot_.cancel.load(std::memory_order_relaxed); }
     void start();
     void begin_decoding();
-    // Whether the last prompt chunk and the first verification may share a
-    // decode: no checkpoint between them, no draft context to feed first, and
-    // not under auto (its first step is a lone plain one, decision 0049).
-    bool merges_prompt_and_verify() const;
     // Adds the prompt's next chunk; true when the prompt is then all in.
     bool plan_prefill(common_batch & batch, int32_t room);
     void plan_verify(common_batch & batch, int32_t room);

@@ -242,35 +242,42 @@ class Session:
         if seq is None:
             _ns.set_logprobs(self._live(), logprobs)
             _ns.set_grammar_prefill(self._live(), prefill)
-            if clear_cancel:
-                self.clear_cancel()
-        elif clear_cancel:
-            _ns.clear_cancel_seq(self._live(), seq)
+        if clear_cancel:
+            self.clear_cancel(seq)
         collector = _Collector(self._decoder, on_events)
         status = _ns.run(self._live(), tokens, max_tokens=max_tokens, emit_stats_every=emit_stats_every,
                          sampling=sampling.native_params(), on_batch=collector, seq=seq, logprobs=logprobs,
                          grammar_prefill=prefill)
         return collector.result(status, self._snapshot(1, seq))
 
-    def cancel(self) -> None:
-        """Stop the current run as soon as possible (any thread, lock-free; no-op once closed)."""
+    def cancel(self, seq: int | None = None) -> None:
+        """Stop the current run as soon as possible (any thread, lock-free; no-op once closed).
+
+        With ``seq``: only the run on that sequence, within one engine step.
+        """
         handle = self._handle
         if handle is not None:
-            _ns.cancel(handle)
+            _ns.cancel(handle) if seq is None else _ns.cancel_seq(handle, seq)
 
-    def clear_cancel(self) -> None:
-        """Re-arm after a cancel so the next run proceeds."""
-        _ns.clear_cancel(self._live())
+    def clear_cancel(self, seq: int | None = None) -> None:
+        """Re-arm after a cancel so the next run (on ``seq``) proceeds."""
+        _ns.clear_cancel(self._live()) if seq is None else _ns.clear_cancel_seq(self._live(), seq)
+
+    def resume(self, seq: int) -> None:
+        """Undo one pause (`PAUSE_SEQUENCE`) of the run on ``seq`` (any thread; no-op once closed)."""
+        handle = self._handle
+        if handle is not None:
+            _ns.resume_seq(handle, seq)
 
     # -- statistics -----------------------------------------------------------
 
-    def stats(self) -> StatsSnapshot:
-        """Cumulative statistics of this session (lock-free, any thread)."""
-        return self._snapshot(0)
+    def stats(self, seq: int | None = None) -> StatsSnapshot:
+        """Cumulative statistics of this session, or of one sequence's runs (lock-free, any thread)."""
+        return self._snapshot(0, seq)
 
-    def last_stats(self) -> StatsSnapshot:
-        """Statistics of the current or last run (lock-free, any thread)."""
-        return self._snapshot(1)
+    def last_stats(self, seq: int | None = None) -> StatsSnapshot:
+        """Statistics of the current or last run (on ``seq``) (lock-free, any thread)."""
+        return self._snapshot(1, seq)
 
     def _snapshot(self, which: int, seq: int | None = None) -> StatsSnapshot:
         # Snapshots are frozen, so while nothing changed (a loop step takes
@@ -422,26 +429,22 @@ class SessionSlot:
 
     def cancel(self) -> None:
         """Stop this slot's request within one step (any thread, lock-free; no-op once closed)."""
-        handle = self._session._handle
-        if handle is not None:
-            _ns.cancel_seq(handle, self.seq)
+        self._session.cancel(self.seq)
 
     def clear_cancel(self) -> None:
-        _ns.clear_cancel_seq(self._session._live(), self.seq)
+        self._session.clear_cancel(self.seq)
 
     def resume(self) -> None:
         """Undo one pause of the running request (any thread; no-op once closed)."""
-        handle = self._session._handle
-        if handle is not None:
-            _ns.resume_seq(handle, self.seq)
+        self._session.resume(self.seq)
 
     def stats(self) -> StatsSnapshot:
         """Cumulative statistics of this slot's requests (lock-free, any thread)."""
-        return self._session._snapshot(0, self.seq)
+        return self._session.stats(self.seq)
 
     def last_stats(self) -> StatsSnapshot:
         """Statistics of this slot's current or last request (lock-free, any thread)."""
-        return self._session._snapshot(1, self.seq)
+        return self._session.last_stats(self.seq)
 
     def steps(self) -> int:
         return self._session.steps()
