@@ -61,6 +61,28 @@ def first_difference(a: Sequence[int], b: Sequence[int]) -> int | None:
     return None if len(a) == len(b) else min(len(a), len(b))
 
 
+def assert_equal_within_a_near_tie(plain: Session, prompt: str | Sequence[int], got: Sequence[int],
+                                    expected: Sequence[int]) -> None:
+    """Gemma: ``got`` equals ``expected`` up to where they part, and there the two tokens' logits are a near-tie.
+
+    Batch shapes (other sequences in the decode, a reused prefix) round
+    differently; past the parting token the texts follow different contexts.
+    The logits are the target's raw ones (the top 20 log-probabilities of
+    plain decoding at that context), so a grammar that ruled out the
+    unconstrained favourite does not hide the two tokens that competed.
+    """
+    j = first_difference(got, expected)
+    if j is None:
+        return
+    tops: list[tuple[tuple[int, float], ...]] = []
+    plain.run(plain.tokenize(prompt) + list(got[:j]), max_tokens=1, temp=0.0, logprobs=20,
+              on_events=lambda events: tops.extend(ev.top_logprobs for ev in events if isinstance(ev, spec_actor.Token)))
+    logprob = dict(tops[0])
+    assert got[j] in logprob and expected[j] in logprob, (j, got[j], expected[j], tops[0])
+    margin = abs(logprob[got[j]] - logprob[expected[j]])
+    assert margin < GEMMA_NEAR_TIE, (j, got[j], expected[j], margin)
+
+
 def with_eog(result: spec_actor.RunResult) -> list[int]:
     """The run's tokens, followed by `EOG` when it ended at an end-of-generation token."""
     return list(result.tokens) + ([EOG] if result.status == "eog" else [])
