@@ -292,19 +292,21 @@ class GenerationActor(StreamSource):
 
     def _blocking_sink(self, req: Request) -> Any:
         """Hands a batch to the stream; waits for a permit first while the reader is `buffer` batches behind."""
-        take_permit, deliver, soon = req.take_permit, req.deliver, self._trio_token.run_sync_soon
-
         def on_events(events: list[Event]) -> bool:
-            take_permit()
-            if req.cancelled:
-                return False
-            try:
-                soon(deliver, events)
-            except trio.RunFinishedError:
-                return False
-            return True
+            req.take_permit()
+            return self._hand_over(req, events)
 
         return on_events
+
+    def _hand_over(self, req: Request, events: list[Event]) -> bool:
+        """Queue a batch for the stream on the trio thread, without waiting; False: stop the run."""
+        if req.cancelled:
+            return False
+        try:
+            self._trio_token.run_sync_soon(req.deliver, events)
+        except trio.RunFinishedError:
+            return False
+        return True
 
     def _pausing_sink(self, req: Request) -> Any:
         """On a batched engine's sequence: the batch never waits for one reader.
@@ -314,7 +316,7 @@ class GenerationActor(StreamSource):
         one and the sink pauses the sequence (the engine's steps go on
         without it) until the reader gives a permit back, which resumes it.
         """
-        session, deliver, soon = self._session, req.deliver, self._trio_token.run_sync_soon
+        session = self._session
         req.take_permit()  # the first batch's (a fresh request has them all)
 
         def resume() -> None:
@@ -322,11 +324,7 @@ class GenerationActor(StreamSource):
                 session.resume()
 
         def on_events(events: list[Event]) -> bool | str:
-            if req.cancelled:
-                return False
-            try:
-                soon(deliver, events)
-            except trio.RunFinishedError:
+            if not self._hand_over(req, events):
                 return False
             if events and isinstance(events[-1], TERMINAL):
                 return True
