@@ -14,9 +14,10 @@ import openai
 import pytest
 import trio
 from actor_fixtures import QUESTION, REPEATS, STORY
+from greedy_helpers import assert_equal_within_a_near_tie
 from serve_helpers import CTX, http, metric, metrics, openai_client, serving, sse_data, wait_for
 
-from spec_actor import open_actor
+from spec_actor import Session, open_actor
 
 _expected: dict[tuple[object, ...], str] = {}
 
@@ -128,7 +129,11 @@ async def test_concurrent_clients_share_a_pool(gemma):
             for i in range(len(prompts)):
                 nursery.start_soon(one, i)
         per_actor = [a.stats().requests for a in server.pool.actors]
-    assert [got[i] for i in range(len(prompts))] == expected
+    # two requests in one decode round differently from one alone: Gemma may part at a near-tie (decision 0031)
+    with Session(gemma, spec="none", n_ctx=256, prefix_cache=False) as plain:
+        for i, prompt in enumerate(prompts):
+            encode = functools.partial(gemma.tokenizer.encode, add_special=False)
+            assert_equal_within_a_near_tie(plain, prompt, encode(got[i]), encode(expected[i]))
     assert sorted(per_actor) == [2, 2]  # both actors served (the least busy takes each request)
 
 
