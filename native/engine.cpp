@@ -137,18 +137,26 @@ sa_status run_on_slot(sa_session & s, int32_t seq, const sa_run_params & p, comm
             e.cv.notify_all();
         }
     } leave{e, slot, &q, lock};
+    std::optional<uint64_t> left_in;  // once q ended: the step under way (or the last one) then
     while (true) {
-        // a step under way may still read q: leave only after it
+        if (!left_in && q.ended()) {
+            // No step started from now on reads q; the one under way may still.
+            e.active.erase(std::remove(e.active.begin(), e.active.end(), &q), e.active.end());
+            left_in = e.epoch;
+        }
+        // Leave once that step is over, also when another caller's next step
+        // follows at once (waiting for a moment without steps could starve).
+        if (left_in && (!e.stepping || e.epoch != *left_in)) break;
         if (e.stepping) {
             e.cv.wait(lock);
             continue;
         }
-        if (q.ended()) break;
         if (!any_runnable(e)) {
             e.cv.wait(lock);
             continue;
         }
         e.stepping = true;
+        ++e.epoch;
         const std::vector<Sequence *> seqs = e.active;
         lock.unlock();
         struct Release {

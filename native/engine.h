@@ -60,6 +60,7 @@ struct Engine {
     std::condition_variable cv;
     std::vector<Sequence *> active;  // under mu: admitted, not yet ended
     bool stepping = false;           // under mu: a thread is running a step
+    uint64_t epoch = 0;              // under mu: steps started (each reads `active` as it was then)
     // Below: only the thread running a step touches them.
     common_batch batch;
     std::optional<ThreadShare> threads;  // the CPU share while sequences run (docs/decisions/0027)

@@ -57,8 +57,8 @@ void Sequence::finish(sa_status st) {
         s_.memory_bytes.store((int64_t) s_.memory.bytes());
     }
     phase_ = Phase::Ended;
-    ended_ = true;
     status_ = st;
+    ended_.store(true, std::memory_order_release);
 }
 
 void Sequence::keep_prefix(sa_status st) {

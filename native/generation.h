@@ -10,6 +10,7 @@
 
 #include "sampling.h"
 
+#include <atomic>
 #include <string>
 
 namespace sa {
@@ -21,7 +22,8 @@ public:
              sa_event_cb cb, void * user);
 
     // Whether the request ended, and how (SA_OK once a terminal event was delivered).
-    bool ended() const { return ended_; }
+    // Any thread: the caller waiting for it polls this while a step runs.
+    bool ended() const { return ended_.load(std::memory_order_acquire); }
     sa_status status() const { return status_; }
     const Slot & slot() const { return slot_; }
     // Whether its prompt is in and it drafts and verifies.
@@ -75,7 +77,7 @@ private:
     const int32_t n_logprobs_;
 
     Phase phase_ = Phase::Start;
-    bool ended_ = false;
+    std::atomic<bool> ended_{false};
     sa_status status_ = SA_OK;
 
     llama_tokens prompt_tgt_;  // tokens in the target's memory

@@ -212,3 +212,32 @@ async def test_pool_falls_back_to_a_session_per_actor(hybrid_model):  # noqa: F8
     async with open_pool(hybrid_model, size=2, spec="none", n_ctx=N_CTX) as pool:
         assert not pool.batched
         assert await pool.generate([1, 2, 3], max_tokens=4)
+
+
+def test_a_request_returns_within_a_step_of_its_end_while_others_decode(gemma):
+    # The callers take turns running steps; one whose request ended must not
+    # wait for a moment without steps, which another caller's steady decoding
+    # never leaves (it waited for the whole of the other request before).
+    # Gemma's steps are long next to the Python that a return goes through.
+    decoding = threading.Event()
+    ended_at: list[int] = []
+    with Session(gemma, spec="none", n_ctx=N_CTX, n_seq=2, n_threads=1) as session:
+
+        def on_short(events: list[Any]) -> bool:
+            if any(isinstance(ev, (Done, Eog)) for ev in events):
+                ended_at.append(session.steps())
+            return True
+
+        counting = "Count from one to five hundred in words: one, two, three, four, five, six,"
+        long_run = threading.Thread(target=session.run, args=(counting,), kwargs={
+            "seq": 0, "max_tokens": N_CTX - 8, "temp": 0.0, "on_events": lambda _: decoding.set() or True})
+        long_run.start()
+        try:
+            assert decoding.wait(30)
+            session.run("The capital of France is", seq=1, max_tokens=2, temp=0.0, on_events=on_short)
+            returned_at = session.steps()
+            assert long_run.is_alive()  # the other request still decodes
+        finally:
+            session.cancel(0)
+            long_run.join()
+    assert ended_at and returned_at - ended_at[0] <= 2
