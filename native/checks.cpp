@@ -134,6 +134,9 @@ sa_status validate_context_params(const sa_context_params & c) {
     }
     if (c.n_ctx != 0 && c.n_ctx < 16) return fail(SA_ERR_INVALID_ARG, range_msg("n_ctx", c.n_ctx, "must be 0 (model default) or >= 16"));
     if (c.n_seq < 0 || c.n_seq > 64) return fail(SA_ERR_INVALID_ARG, range_msg("n_seq", c.n_seq, "must be between 1 and 64"));
+    if (c.prefill_step_ms < 0 || c.prefill_step_ms > 600000) {
+        return fail(SA_ERR_INVALID_ARG, range_msg("prefill_step_ms", c.prefill_step_ms, "must be between 0 (no cut) and 600000"));
+    }
     if ((uint64_t) c.n_ctx * (uint64_t) std::max(c.n_seq, 1) > ((uint64_t) 1 << 24)) {
         return fail(SA_ERR_INVALID_ARG, "n_ctx=" + std::to_string(c.n_ctx) + " times n_seq=" + std::to_string(c.n_seq) +
                     " is over 2^24 tokens of cache; use fewer sequences or a smaller n_ctx");

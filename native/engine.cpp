@@ -38,6 +38,27 @@ sa_status make_slot_drafter(sa_session & s, Slot & slot) {
     return st;
 }
 
+// The fewest prompt tokens a cut step still takes (progress for a long prompt).
+constexpr int32_t kMinPromptChunk = 16;
+// Decodes of at least this many tokens teach the time per token.
+constexpr int32_t kMinTimedBatch = 32;
+
+// How many tokens the step's batch may hold once its decoding sequences
+// (n_decode tokens) are in: with none, all of n_batch; else what fits the
+// session's prefill_step_ms at the measured time per token.
+int32_t step_capacity(const sa_session & s, int32_t n_batch, int32_t n_decode) {
+    const Engine & e = *s.engine;
+    if (n_decode == 0 || s.prefill_step_ms <= 0) return n_batch;
+    const int32_t fit = e.us_per_token > 0 ? (int32_t) (s.prefill_step_ms * 1000.0 / e.us_per_token) : 4 * kMinPromptChunk;
+    return std::min(n_batch, std::max(fit, n_decode + kMinPromptChunk));
+}
+
+void learn_time_per_token(Engine & e, int32_t n_tokens, int64_t t_us) {
+    if (n_tokens < kMinTimedBatch) return;
+    const double sample = (double) t_us / n_tokens;
+    e.us_per_token = e.us_per_token > 0 ? 0.5 * (e.us_per_token + sample) : sample;
+}
+
 bool any_runnable(const Engine & e) {
     return std::any_of(e.active.begin(), e.active.end(), [](const Sequence * q) { return !q->ended() && q->runnable(); });
 }
@@ -58,11 +79,14 @@ void step(sa_session & s, const std::vector<Sequence *> & seqs) {
     auto visits = [](const Sequence * q, bool decoding) { return !q->ended() && q->runnable() && q->decoding() == decoding; };
     int32_t n_after = (int32_t) std::count_if(seqs.begin(), seqs.end(), [&](const Sequence * q) { return visits(q, true); });
     double e_before = 0;
+    int32_t capacity = n_batch;
     for (const bool decoding : {true, false}) {
+        // prompts take what the decoding sequences left, cut to the latency target
+        if (!decoding) capacity = step_capacity(s, n_batch, batch.size());
         for (Sequence * q : seqs) {
             if (!visits(q, decoding)) continue;
             if (decoding) q->set_share(BatchShare{batch.size() + --n_after, e_before + n_after});
-            if (q->plan(batch, n_batch - batch.size()) > 0) in.push_back(q);
+            if (q->plan(batch, capacity - batch.size(), seqs) > 0) in.push_back(q);
             if (decoding) e_before += q->expected_tokens();
         }
     }
@@ -73,6 +97,7 @@ void step(sa_session & s, const std::vector<Sequence *> & seqs) {
     const int64_t t_us = ggml_time_us() - t0;
     e.sole.store(-1);
     e.steps.fetch_add(1);
+    if (ret == 0) learn_time_per_token(e, batch.size(), t_us);
     if (ret != 0) {
         const std::string detail = last_native_log_error();
         for (Sequence * q : in) q->decode_failed(ret, detail);

@@ -66,6 +66,7 @@ struct Engine {
     std::optional<ThreadShare> threads;  // the CPU share while sequences run (docs/decisions/0027)
     std::atomic<int32_t> sole{-1};       // the slot alone in the decode under way: its cancel aborts it
     std::atomic<uint64_t> steps{0};      // decodes run (sa_session_steps)
+    double us_per_token = 0;             // a large decode's time per token, measured (0: not yet)
 
     // Wakes the callers waiting for a step (a resume, a cancel, a new request).
     void wake() {

@@ -1,6 +1,7 @@
 #include "generation.h"
 #include "step_cost_calibration.h"
 #include "checks.h"
+#include "shared_prefix.h"
 
 #include "common.h"
 
@@ -79,7 +80,7 @@ void Sequence::keep_prefix(sa_status st) {
 }
 
 
-int32_t Sequence::plan(common_batch & batch, int32_t room) {
+int32_t Sequence::plan(common_batch & batch, int32_t room, const std::vector<Sequence *> & peers) {
     i_chunk0_ = i_chunk1_ = 0;
     i_verify_ = -1;
     t_draft_us_ = t_checkpoint_us_ = 0;
@@ -92,15 +93,16 @@ int32_t Sequence::plan(common_batch & batch, int32_t room) {
     const int32_t n0 = batch.size();
     if (phase_ == Phase::Prefill) {
         // a chunk's decode is the prompt's alone: complete() begins decoding after the last one (decision 0050)
-        if (!plan_prefill(batch, room) || i_chunk1_ > i_chunk0_) return batch.size() - n0;
+        if (!plan_prefill(batch, room, peers) || i_chunk1_ > i_chunk0_) return batch.size() - n0;
         begin_decoding();
     }
     plan_verify(batch, room - (batch.size() - n0));
     return batch.size() - n0;
 }
 
-bool Sequence::plan_prefill(common_batch & batch, int32_t room) {
+bool Sequence::plan_prefill(common_batch & batch, int32_t room, const std::vector<Sequence *> & peers) {
     const int32_t n = p_.n_prompt - 1;  // the last prompt token is decoded with the first draft
+    if (!share_prefill(peers, n)) return false;
     const int32_t i0 = (int32_t) prompt_tgt_.size();
     if (i0 >= n) return true;
     if (room <= 0) return false;
@@ -116,6 +118,17 @@ bool Sequence::plan_prefill(common_batch & batch, int32_t room) {
     i_chunk1_ = i1;
     last_pos_ = i1 - 1;
     return i1 == n;
+}
+
+bool Sequence::share_prefill(const std::vector<Sequence *> & peers, int32_t n) {
+    if (!prefix_.enabled.load()) return true;
+    const int32_t i0 = (int32_t) prompt_tgt_.size();
+    if (const int32_t k = take_shared_prefix(s_, *this, peers, p_.prompt, i0, n); k > 0) {
+        prompt_tgt_.insert(prompt_tgt_.end(), p_.prompt + i0, p_.prompt + i0 + k);
+        last_pos_ = std::max(last_pos_, (llama_pos) (i0 + k - 1));
+        stats_.share_prompt((uint64_t) k);
+    }
+    return !waits_for_shared_prefill(*this, peers, p_.prompt, (int32_t) prompt_tgt_.size(), n);
 }
 
 void Sequence::begin_decoding() {

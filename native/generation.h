@@ -10,8 +10,10 @@
 
 #include "sampling.h"
 
+#include <algorithm>
 #include <atomic>
 #include <string>
+#include <vector>
 
 namespace sa {
 
@@ -32,10 +34,21 @@ public:
     // Whether a step should visit it: not paused by its reader, or cancelled.
     bool runnable() const { return slot_.pauses.load() <= 0 || cancelled(); }
 
+    // What the other sequences of the engine see of it (shared_prefix.h).
+    bool started() const { return phase_ != Phase::Start; }
+    bool prefilling() const { return phase_ == Phase::Prefill; }
+    const llama_tokens & held() const { return prompt_tgt_; }  // tokens whose state its cells hold
+    const int32_t * prefill_tokens() const { return p_.prompt; }
+    int32_t n_prefill() const { return p_.n_prompt - 1; }  // the prompt tokens it prefills
+    // Tokens it holds once this step's decode is done.
+    int32_t reach() const { return std::max((int32_t) prompt_tgt_.size(), i_chunk1_); }
+
     // A step, before the decode: starts the request on its first step, ends it
     // when cancelled, else adds its tokens to batch (at most room of them: a
-    // prompt chunk, and/or [last, drafts...]). Returns the tokens added.
-    int32_t plan(common_batch & batch, int32_t room);
+    // prompt chunk, and/or [last, drafts...]). peers: the step's sequences
+    // (this one among them), whose prompt cells it may share. Returns the
+    // tokens added.
+    int32_t plan(common_batch & batch, int32_t room, const std::vector<Sequence *> & peers);
     // After a decode that held this sequence's tokens; t_us: the decode's time.
     void complete(const common_batch & batch, int64_t t_us);
     // Before plan(): what the step's other decoding sequences put into its
@@ -109,7 +122,10 @@ private:
     void start();
     void begin_decoding();
     // Adds the prompt's next chunk; true when the prompt is then all in.
-    bool plan_prefill(common_batch & batch, int32_t room);
+    bool plan_prefill(common_batch & batch, int32_t room, const std::vector<Sequence *> & peers);
+    // Copies what another slot holds of the prompt beyond prompt_tgt_;
+    // false: it should wait for a sequence prefilling the same tokens.
+    bool share_prefill(const std::vector<Sequence *> & peers, int32_t n);
     void plan_verify(common_batch & batch, int32_t room);
     // Drafts into draft_ (and saves the rollback point); false: the request ended.
     bool draft_step(int32_t room);

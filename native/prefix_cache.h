@@ -44,6 +44,10 @@ public:
     // An error: the next run starts from empty contexts and no checkpoints.
     void drop(sa_session & s);
 
+    // The tokens whose state the contexts hold for this slot between its
+    // requests (null while a request runs on it, or when they are not known).
+    const llama_tokens * held() const { return valid_ ? &tokens_ : nullptr; }
+
     // Someone else used the contexts (a test probe): clear them before the next run.
     void invalidate() { valid_ = false; }
 

@@ -62,6 +62,7 @@ struct sa_session {
     std::atomic<int32_t> n_logprobs{-1};  // sa_session_set_logprobs: for the runs that follow
     std::string grammar_prefill;  // sa_session_set_grammar_prefill: set between runs, by the running thread
     int32_t n_seq = 1;      // sequences of the context (sa_context_params.n_seq)
+    int32_t prefill_step_ms = 0;  // sa_context_params.prefill_step_ms
     int32_t n_ctx_seq = 0;  // positions each sequence may hold
     std::unique_ptr<sa::Engine> engine;  // its slots; slot 0's state is the members above
 

@@ -166,6 +166,7 @@ sa_status create_session(sa_session & s, const sa_context_params & c) {
     if (sa_status st = make_drafter(s, s.spec, s.drafter); st != SA_OK) return st;
     s.stats.set_n_draft(s.drafter ? s.plan.n_verify : 0);
     s.n_seq = std::max(c.n_seq, 1);
+    s.prefill_step_ms = c.prefill_step_ms;
     s.n_ctx_seq = (int32_t) (llama_n_ctx(s.ctx_tgt) / (uint32_t) s.n_seq);
     return create_engine(s, s.n_seq);
 }

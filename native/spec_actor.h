@@ -137,6 +137,8 @@ typedef struct {
     int32_t flash_attn;      /* -1 auto, 0 off, 1 on */
     int32_t threads_budgeted;  /* 1: n_threads were defaults; share the CPUs with other such sessions while generating */
     int32_t n_seq;           /* sequences run together in one batch (0 or 1: one); n_ctx is per sequence */
+    int32_t prefill_step_ms; /* while other sequences decode, a step's prompt chunks are cut to take about
+                                this long, measured (0: no cut, prompts fill n_batch) */
 } sa_context_params;
 
 typedef struct {
@@ -190,7 +192,7 @@ typedef struct {
     uint64_t tokens_emitted;
     uint64_t prompt_tokens;
     uint64_t requests;
-    uint64_t prompt_reused;     /* prompt tokens whose state was kept from earlier requests (the prefix cache) */
+    uint64_t prompt_reused;     /* prompt tokens whose state was kept from earlier requests (the prefix cache) or copied from another sequence holding the same prefix */
     uint64_t prompt_prefilled;  /* prompt tokens evaluated: prompt_tokens - prompt_reused */
     int64_t t_prefill_us;
     int64_t t_draft_us;

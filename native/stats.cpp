@@ -76,6 +76,15 @@ void Stats::begin_run(int64_t now_us, uint64_t n_prompt, uint64_t n_reused) {
     end_write();
 }
 
+void Stats::share_prompt(uint64_t n) {
+    begin_write();
+    for (Counters * c : {&total, &last}) {
+        bump(c->prompt_reused, n);
+        bump(c->prompt_prefilled, (uint64_t) 0 - n);
+    }
+    end_write();
+}
+
 void Stats::set_ttft(int64_t us) {
     begin_write();
     last.ttft_us.store(us, relaxed);

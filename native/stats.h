@@ -74,6 +74,8 @@ public:
     // Start of a run: clears `last`, remembers the cumulative bases; of the
     // n_prompt tokens, n_reused come from the prefix cache.
     void begin_run(int64_t now_us, uint64_t n_prompt, uint64_t n_reused);
+    // n more prompt tokens of the run came from another sequence's cells.
+    void share_prompt(uint64_t n);
     void set_ttft(int64_t us);
     // Live wall-clock timings, called every loop step and at the end.
     void set_elapsed(int64_t now_us, int64_t decode_start_us);

@@ -37,6 +37,11 @@ DEFAULT_PREFIX_CHECKPOINT_BYTES = _ns.DEFAULT_CHECKPOINT_BYTES
 """Bytes of state checkpoints a session keeps by default on recurrent and
 hybrid models, for the prefix cache (256 MiB; see `Session`)."""
 
+DEFAULT_PREFILL_STEP_MS = 200
+"""What a step that prefills beside decoding sequences aims to take, in
+milliseconds: a long prompt delays the others' next token by about this
+much per chunk (see `Session`)."""
+
 
 @dataclass(frozen=True, slots=True)
 class PrefixCacheUsage:
@@ -127,6 +132,14 @@ class Session:
     starts sooner); ``forget()`` drops it too, ``prefix_cache=False`` turns
     it off.
 
+    Sequences: with ``n_seq`` > 1 the session runs that many requests as
+    the sequences of one batch (`SessionSlot`, docs/decisions/0050). A
+    prompt whose first tokens another sequence holds copies their cells
+    instead of prefilling them (decision 0063; with the prefix cache on).
+    While other sequences decode, a step's prompt chunks are cut so the step
+    takes about ``prefill_step_ms`` (0: no cut), so a long prompt never
+    stalls the others for more than that.
+
     Threads: with ``n_threads`` and ``n_threads_batch`` left None a run uses
     the CPUs the process may use, divided among the default-threaded
     sessions generating at the same time (docs/decisions/0027); explicit
@@ -138,7 +151,8 @@ class Session:
                  n_ctx: int = 4096,
                  n_batch: int = 2048, n_ubatch: int = 512, n_threads: int | None = None,
                  n_threads_batch: int | None = None, type_k: str | int | None = None,
-                 type_v: str | int | None = None, flash_attn: bool | None = None, n_seq: int = 1) -> None:
+                 type_v: str | int | None = None, flash_attn: bool | None = None, n_seq: int = 1,
+                 prefill_step_ms: int = DEFAULT_PREFILL_STEP_MS) -> None:
         self.spec = Spec(spec) if isinstance(spec, str) else spec
         if not isinstance(self.spec, Spec):
             raise ConfigError(f"spec={spec!r} must be a spec_actor.Spec or a speculative type name")
@@ -158,6 +172,9 @@ class Session:
                               f"was trained for; pass n_ctx <= {model.info.n_ctx_train}")
         if not isinstance(n_seq, int) or isinstance(n_seq, bool) or not 1 <= n_seq <= 64:
             raise ConfigError(f"n_seq={n_seq!r} must be an integer from 1 to 64")
+        if not isinstance(prefill_step_ms, int) or isinstance(prefill_step_ms, bool) \
+                or not 0 <= prefill_step_ms <= 600_000:
+            raise ConfigError(f"prefill_step_ms={prefill_step_ms!r} must be milliseconds from 0 (no cut) to 600000")
         self.spec.check_batch(n_batch)
         self.model = model
         self._owned_draft: Model | None = None
@@ -175,7 +192,8 @@ class Session:
             n_threads=_threads(n_threads), n_threads_batch=_threads(n_threads_batch or n_threads),
             type_k=_kv_type(type_k, "type_k"), type_v=_kv_type(type_v, "type_v"),
             flash_attn=-1 if flash_attn is None else int(bool(flash_attn)),
-            threads_budgeted=n_threads is None and n_threads_batch is None, n_seq=n_seq)
+            threads_budgeted=n_threads is None and n_threads_batch is None, n_seq=n_seq,
+            prefill_step_ms=prefill_step_ms)
         _ns.set_memory(self._handle, memory)
         _ns.set_prefix_cache(self._handle, prefix_cache, prefix_checkpoint_bytes)
         self.memory = memory

@@ -158,3 +158,16 @@ def assert_lossless(plain: Session, prompt: str | Sequence[int], spec: Sequence[
     assert not bad, (f"{len(bad)} of {len(spec)} positions disputed beyond a near-tie "
                      f"(margin >= {near_tie}): {bad}")
     return disputes
+
+
+async def collect(source, prompt, **options) -> tuple[list[int], spec_actor.Event | None]:
+    """A streamed request's token ids and its terminal event (an actor's or a pool's ``stream_events``)."""
+    tokens: list[int] = []
+    terminal = None
+    async with source.stream_events(prompt, **options) as events:
+        async for ev in events:
+            if isinstance(ev, spec_actor.Token) and ev.id >= 0:
+                tokens.append(ev.id)
+            elif isinstance(ev, (spec_actor.Done, spec_actor.Eog, spec_actor.Error)):
+                terminal = ev
+    return tokens, terminal

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 import trio
 from greedy_helpers import assert_equal_within_a_near_tie, first_difference
+from greedy_helpers import collect as _collect
 from tiny_model_fixtures import hybrid_model, tiny_draft, tiny_paths, tiny_target  # noqa: F401
 
 import spec_actor
@@ -38,19 +39,6 @@ def _alone(model: spec_actor.Model, spec: str, prompt: Any, **options: Any) -> l
     """The request's tokens on a fresh plain session of its own."""
     with Session(model, spec=spec, n_ctx=N_CTX, prefix_cache=False, n_threads=1) as session:
         return list(session.run(prompt, **options).tokens)
-
-
-async def _collect(pool: Any, prompt: Any, **options: Any) -> tuple[list[int], Any]:
-    """A request's token ids and its terminal event."""
-    tokens: list[int] = []
-    terminal = None
-    async with pool.stream_events(prompt, **options) as events:
-        async for ev in events:
-            if isinstance(ev, Token) and ev.id >= 0:
-                tokens.append(ev.id)
-            elif isinstance(ev, (Done, Eog, Error)):
-                terminal = ev
-    return tokens, terminal
 
 
 def _options(i: int, sampled: bool) -> dict[str, Any]:

@@ -1,0 +1,169 @@
+"""Prompts in a batched session: prefixes shared across sequences, and prefill cut into chunks.
+
+A request whose prompt starts with tokens another sequence holds copies
+their cells instead of prefilling them, and waits for a sequence that is
+prefilling them. Outputs must stay exactly those of lone runs (float32 tiny
+model), and the reused counts are derived from the prompts, not from the
+library's counters.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+from typing import Any
+
+import pytest
+import trio
+from greedy_helpers import collect, first_difference
+from tiny_model_fixtures import tiny_paths, tiny_target  # noqa: F401
+
+import spec_actor
+from spec_actor import Done, Eog, Session, Token
+from spec_actor._pool import open_pool
+
+N_CTX = 256
+N = 16
+
+
+def _shared_prompts(model: spec_actor.Model, n: int, n_common: int, seed: int) -> list[list[int]]:
+    """n prompts: the same n_common tokens, then each its own 5 to 30 tokens."""
+    rng = random.Random(seed)
+    n_vocab = model.info.n_vocab
+    common = [rng.randrange(1, n_vocab) for _ in range(n_common)]
+    prompts = []
+    for _ in range(n):
+        own = [rng.randrange(1, n_vocab) for _ in range(rng.randrange(5, 30))]
+        while own[0] == common[0]:  # the shared part ends exactly at n_common
+            own[0] = rng.randrange(1, n_vocab)
+        prompts.append(common + own)
+    return prompts
+
+
+def _alone(model: spec_actor.Model, spec: str, prompt: list[int]) -> list[int]:
+    with Session(model, spec=spec, n_ctx=N_CTX, prefix_cache=False, n_threads=1) as session:
+        return list(session.run(prompt, max_tokens=N, temp=0.0).tokens)
+
+
+@pytest.mark.parametrize("spec", ["none", "ngram-simple", "auto"])
+async def test_concurrent_prompts_prefill_their_common_prefix_once(tiny_target, spec):  # noqa: F811
+    n_common = 120
+    prompts = _shared_prompts(tiny_target, 6, n_common, seed=21)
+    expected = [_alone(tiny_target, spec, p) for p in prompts]
+    got: dict[int, tuple[list[int], Any]] = {}
+    async with open_pool(tiny_target, size=6, spec=spec, n_ctx=N_CTX, n_batch=32, n_ubatch=32, memory=0) as pool:
+        assert pool.batched
+
+        async def one(i: int) -> None:
+            got[i] = await collect(pool, prompts[i], max_tokens=N, temp=0.0)
+
+        async with trio.open_nursery() as nursery:
+            for i in range(6):
+                nursery.start_soon(one, i)
+    for i in range(6):
+        tokens, terminal = got[i]
+        assert isinstance(terminal, (Done, Eog)), terminal
+        assert tokens == expected[i], f"request {i} differs at {first_difference(tokens, expected[i])}"
+    # whoever came first prefilled the common tokens; each of the other five copied them
+    reused = [got[i][1].stats.prompt_reused for i in range(6)]
+    assert sorted(reused) == [0] + [n_common] * 5, reused
+    prefilled = sum(got[i][1].stats.prompt_prefilled for i in range(6))
+    assert prefilled == sum(len(p) for p in prompts) - 5 * n_common
+
+
+def test_an_idle_slots_kept_prefix_is_copied_not_prefilled(tiny_target):  # noqa: F811
+    prompts = _shared_prompts(tiny_target, 3, 80, seed=5)
+    expected = [_alone(tiny_target, "none", p) for p in prompts]
+    with Session(tiny_target, spec="none", n_ctx=N_CTX, n_seq=3, n_threads=1) as session:
+        first = session.run(prompts[0], seq=0, max_tokens=N, temp=0.0)
+        assert first.stats.prompt_reused == 0
+        second = session.run(prompts[1], seq=1, max_tokens=N, temp=0.0)
+        assert list(second.tokens) == expected[1]
+        assert (second.stats.prompt_reused, second.stats.prompt_prefilled) == (80, len(prompts[1]) - 80)
+        # forget() drops every slot's kept prefix: nothing is left to copy
+        session.forget()
+        third = session.run(prompts[2], seq=2, max_tokens=N, temp=0.0)
+        assert list(third.tokens) == expected[2]
+        assert third.stats.prompt_reused == 0
+
+
+def test_a_slot_copies_what_its_own_prefix_cache_lacks(tiny_target):  # noqa: F811
+    # slot 1 keeps the first 40 tokens of the next prompt; slot 0 holds 90 of them.
+    # The order of the runs keeps each sequence's cells in position order: the
+    # attention sums run over cells, and a sequence whose later tokens sit in
+    # lower cells than its earlier ones rounds differently (noise at a near-tie,
+    # as a batch shape is on Gemma; docs/decisions/0063).
+    rng = random.Random(8)
+    n_vocab = tiny_target.info.n_vocab
+    base = [rng.randrange(1, n_vocab) for _ in range(90)]
+    mine = base[:40] + [rng.randrange(1, n_vocab) for _ in range(10)]
+    theirs = base + [rng.randrange(1, n_vocab) for _ in range(10)]
+    nxt = base + [rng.randrange(1, n_vocab) for _ in range(12)]
+    with Session(tiny_target, spec="none", n_ctx=N_CTX, n_seq=2, n_threads=1) as session:
+        session.run(theirs, seq=0, max_tokens=4, temp=0.0)
+        assert session.run(mine, seq=1, max_tokens=4, temp=0.0).stats.prompt_reused == 40
+        got = session.run(nxt, seq=1, max_tokens=N, temp=0.0)
+        assert list(got.tokens) == _alone(tiny_target, "none", nxt)
+        assert got.stats.prompt_reused == 90
+
+
+def test_no_sharing_without_the_prefix_cache(tiny_target):  # noqa: F811
+    prompts = _shared_prompts(tiny_target, 2, 60, seed=9)
+    with Session(tiny_target, spec="none", n_ctx=N_CTX, n_seq=2, n_threads=1, prefix_cache=False) as session:
+        session.run(prompts[0], seq=0, max_tokens=4, temp=0.0)
+        assert session.run(prompts[1], seq=1, max_tokens=4, temp=0.0).stats.prompt_reused == 0
+
+
+def _steps_while_a_long_prompt_prefills(model: spec_actor.Model, prefill_step_ms: int) -> tuple[int, int]:
+    """(steps, tokens of the decoding request) from a 240-token prompt's arrival to its first token.
+
+    Slot 0 decodes (plain: one token per step) while slot 1's prompt comes in.
+    """
+    decoding = threading.Event()
+    first_token = threading.Event()
+    marks: dict[str, int] = {}
+    made = [0]
+
+    def count_decoder(events: list[Any]) -> bool:
+        made[0] += sum(isinstance(ev, Token) for ev in events)
+        decoding.set()
+        return True
+
+    def on_long(events: list[Any]) -> bool:
+        if not first_token.is_set() and any(isinstance(ev, Token) for ev in events):
+            marks["steps"], marks["made"] = session.steps(), made[0]
+            first_token.set()
+        return True
+
+    rng = random.Random(3)
+    long_prompt = [rng.randrange(10, 2000) for _ in range(240)]
+    with Session(model, spec="none", n_ctx=512, n_seq=2, n_batch=256, n_ubatch=256,
+                 prefill_step_ms=prefill_step_ms, prefix_cache=False) as session:
+        decoder = threading.Thread(target=session.run, args=([2, 651, 6037],),
+                                   kwargs={"seq": 0, "max_tokens": 400, "temp": 0.0, "on_events": count_decoder})
+        decoder.start()
+        try:
+            assert decoding.wait(60)
+            steps0, made0 = session.steps(), made[0]
+            session.run(long_prompt, seq=1, max_tokens=1, temp=0.0, on_events=on_long)
+        finally:
+            session.cancel(0)
+            decoder.join()
+    assert first_token.is_set()
+    return marks["steps"] - steps0, marks["made"] - made0
+
+
+def test_a_long_prompt_is_cut_into_chunks_while_another_sequence_decodes(gemma):
+    # no cut: the prompt takes one step (n_batch 256 holds it and the other's token)
+    steps, _ = _steps_while_a_long_prompt_prefills(gemma, prefill_step_ms=0)
+    assert steps <= 3
+    # a 1 ms target is below any chunk's time: every step takes the fewest
+    # prompt tokens (16), and the decoding sequence makes its token in each
+    steps, made = _steps_while_a_long_prompt_prefills(gemma, prefill_step_ms=1)
+    assert steps >= 239 // 16 - 1
+    assert made >= steps - 2
+
+
+def test_prefill_step_ms_is_checked(tiny_target):  # noqa: F811
+    with pytest.raises(spec_actor.ConfigError, match="prefill_step_ms"):
+        Session(tiny_target, prefill_step_ms=-1)
