@@ -94,6 +94,19 @@ async def test_eight_hybrid_requests_in_one_batch_equal_their_lone_runs(request,
     assert steps < sum(len(t) for t in expected) / 2
 
 
+async def test_more_sequences_than_n_ubatch_split_into_equal_micro_batches(hybrid_model):  # noqa: F811
+    """llama.cpp's split_equal may take n_ubatch + 1 one-token sequences into one micro-batch; it must
+    neither abort nor change a token."""
+    prompts = _prompts(hybrid_model, 8, seed=34)
+    expected = [_alone(hybrid_model, NGRAM, p, max_tokens=N, temp=0.0) for p in prompts]
+    async with open_pool(hybrid_model, size=8, spec=NGRAM, n_ctx=N_CTX, n_batch=64, n_ubatch=2, memory=0,
+                         n_threads=1) as pool:
+        assert pool.batched
+        results = await _all_at_once(pool, prompts, max_tokens=N, temp=0.0)
+    for i, (tokens, _) in enumerate(results):
+        assert tokens == expected[i], f"request {i} differs at {first_difference(tokens, expected[i])}"
+
+
 def _steps(events: list[Any]) -> list[tuple[int, int, int]]:
     """(tokens, drafted, accepted) of each step, from a stream with emit_stats_every=1."""
     out = []
