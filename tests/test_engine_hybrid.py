@@ -77,15 +77,34 @@ def _model(request: pytest.FixtureRequest, spec: Spec | str) -> spec_actor.Model
     return request.getfixturevalue("hybrid_model_without_mtp" if spec == "auto" else "hybrid_model")
 
 
-@pytest.mark.parametrize("spec", ["none", NGRAM, "auto"], ids=["none", "ngram-simple", "auto"])
-async def test_eight_hybrid_requests_in_one_batch_equal_their_lone_runs(request, spec):
+def _options(i: int, sampled: bool) -> dict[str, Any]:
+    """Request i's sampling: greedy, or (every fourth, where asked) sampled with its own seed."""
+    if sampled and i % 4 == 3:
+        return {"max_tokens": N, "temp": 0.9, "seed": 1000 + i}
+    return {"max_tokens": N, "temp": 0.0}
+
+
+# A rollback restores the sampler too, so a sampled request under none or
+# ngram-simple (drafts from its own tokens) is fixed; auto's draft lengths
+# follow measured times, so there only greedy output is.
+@pytest.mark.parametrize(("spec", "sampled"), [("none", True), (NGRAM, True), ("auto", False)],
+                         ids=["none", "ngram-simple", "auto"])
+async def test_eight_hybrid_requests_in_one_batch_equal_their_lone_runs(request, spec, sampled):
     model = _model(request, spec)
     prompts = _prompts(model, 8, seed=21)
-    expected = [_alone(model, spec, p, max_tokens=N, temp=0.0) for p in prompts]
+    expected = [_alone(model, spec, p, **_options(i, sampled)) for i, p in enumerate(prompts)]
     async with _open(model, spec, 8) as pool:
         assert pool.batched
         session = pool.actors[0].session
-        results = await _all_at_once(pool, prompts, max_tokens=N, temp=0.0)
+        got: dict[int, tuple[list[int], list[Any]]] = {}
+
+        async def one(i: int) -> None:
+            got[i] = await _collect(pool, prompts[i], **_options(i, sampled))
+
+        async with trio.open_nursery() as nursery:
+            for i in range(8):
+                nursery.start_soon(one, i)
+        results = [got[i] for i in range(8)]
         steps = session.steps()
     for i, (tokens, events) in enumerate(results):
         assert isinstance(events[-1], (Done, Eog)), events[-1]
