@@ -9,6 +9,8 @@ request must give exactly what it gives alone on a plain session.
 from __future__ import annotations
 
 import random
+import threading
+import time
 from typing import Any
 
 import pytest
@@ -198,3 +200,41 @@ async def test_cancelling_one_hybrid_sequence_leaves_the_others_and_its_next_req
                 assert events[-1].stats.prompt_reused == len(prompts[4]) - 1, round_
                 reused_after_decode += 1
     assert reused_after_decode >= 1
+
+
+def test_a_decode_cut_midway_on_one_sequence_leaves_the_others_state(hybrid_model, capfd):  # noqa: F811
+    """A cancel aborts a decode only when its sequence is alone in it (Engine::sole). llama.cpp then drops
+    that sequence's entries from the failed micro-batch on: the other sequence's recurrent state and cache
+    must stay as they were, and the cut sequence must start clean (it trusts only its checkpoints)."""
+    rng = random.Random(17)
+    n_vocab = hybrid_model.info.n_vocab
+    options = {"n_ctx": 2048, "n_batch": 2048, "n_ubatch": 256, "n_threads": 1}
+    first = _prompts(hybrid_model, 1, seed=40)[0]
+    spec_actor.set_log_level(2)  # llama.cpp's warning on a cut decode tells that the cancel landed midway
+    try:
+        with Session(hybrid_model, spec=NGRAM, n_seq=2, **options) as session:
+            kept = list(session.run(first, max_tokens=N, temp=0.0, seq=0).tokens)
+            cut = None
+            for delay in (0.001, 0.002, 0.004, 0.008, 0.016, 0.032, 0.064):
+                long_prompt = [rng.randrange(1, n_vocab) for _ in range(1500)]
+                worker = threading.Thread(target=session.run, args=(long_prompt,),
+                                          kwargs={"max_tokens": 200, "temp": 0.0, "seq": 1})
+                worker.start()
+                time.sleep(delay)
+                session.cancel(1)
+                worker.join(60)
+                assert not worker.is_alive()
+                session.clear_cancel(1)
+                if "removing memory module entries for seq_id = 1" in capfd.readouterr().err:
+                    cut = long_prompt
+                    break
+            assert cut is not None, "no cancel landed inside a decode"
+            longer = first + kept + [5, 6, 7]
+            again = session.run(longer, max_tokens=N, temp=0.0, seq=0)
+            after_cut = list(session.run(cut, max_tokens=N, temp=0.0, seq=1).tokens)
+    finally:
+        spec_actor.set_log_level(1)
+    assert again.stats.prompt_reused > len(first)  # seq 0 resumed from what it kept
+    with Session(hybrid_model, spec=NGRAM, prefix_cache=False, **options) as alone:
+        assert list(again.tokens) == list(alone.run(longer, max_tokens=N, temp=0.0).tokens)
+        assert after_cut == list(alone.run(cut, max_tokens=N, temp=0.0).tokens)
