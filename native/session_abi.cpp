@@ -54,7 +54,7 @@ sa_status sa_session_new(sa_model * model, const sa_context_params * cparams, co
         plan_drafting(*s, *cparams);
         if (cparams->n_seq > 1 && !plan_batches(*s)) {
             return fail(SA_ERR_INVALID_ARG, "n_seq=" + std::to_string(cparams->n_seq) +
-                        " needs a target that is not recurrent or hybrid and a spec without a draft context; "
+                        " needs a spec without a draft context (a draft model, MTP, EAGLE-3, DFlash); "
                         "use n_seq=1 (open_pool then runs one session per request)");
         }
         sa_status st2 = check_spec_models(s->plan.type, *model, s->draft_model);

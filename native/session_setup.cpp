@@ -185,8 +185,10 @@ sa_status make_drafter(sa_session & s, common_speculative * spec, std::unique_pt
 }
 
 bool plan_batches(const sa_session & s) {
-    const llama_model * m = s.model->model;
-    return !llama_model_is_recurrent(m) && !llama_model_is_hybrid(m) && !uses_draft_context(s.plan.type);
+    // Recurrent and hybrid targets batch too: one state per sequence
+    // (n_seq_max), rolled back from per-sequence checkpoints, since a spec
+    // without a draft context never asks for n_rs_seq snapshots (docs/decisions/0061).
+    return !uses_draft_context(s.plan.type) && !needs_rollback_snapshots(s.plan.type);
 }
 
 void clear_memory(llama_context * ctx) {

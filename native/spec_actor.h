@@ -297,7 +297,7 @@ sa_status sa_session_run_seq(sa_session * session, int32_t seq, const sa_run_par
 /* Sequences of the session (its n_seq). */
 int32_t sa_session_n_seq(const sa_session * session);
 /* Whether a session with these parameters may have n_seq > 1: not yet with
- * recurrent or hybrid targets, nor with drafters that need a draft context. */
+ * drafters that need a draft context (recurrent and hybrid targets batch). */
 int32_t sa_session_can_batch(const sa_model * model, const sa_context_params * cparams, const sa_spec_params * sparams);
 /* Stop the request on seq within one step; clear re-arms it (any thread, lock-free). */
 void sa_session_cancel_seq(sa_session * session, int32_t seq);

@@ -385,9 +385,10 @@ class Session:
 def can_batch(model: Model, spec: Spec | str = DEFAULT_SPEC, *, n_batch: int = 2048, n_ubatch: int = 512) -> bool:
     """Whether a `Session` with ``n_seq`` > 1 is possible for model and spec (docs/decisions/0050).
 
-    Not yet for recurrent or hybrid models, nor for specs that draft with a
-    second context (a draft model, MTP, EAGLE-3, DFlash); False also for a
-    spec that is invalid (making the session then says why).
+    Not yet for specs that draft with a second context (a draft model, MTP,
+    EAGLE-3, DFlash; also auto on a model loaded with its MTP layers);
+    recurrent and hybrid models batch (docs/decisions/0061). False also for
+    a spec that is invalid (making the session then says why).
     """
     try:
         spec = Spec(spec) if isinstance(spec, str) else spec

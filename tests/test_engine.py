@@ -17,7 +17,13 @@ import pytest
 import trio
 from greedy_helpers import assert_equal_within_a_near_tie, first_difference
 from greedy_helpers import collect as _collect
-from tiny_model_fixtures import hybrid_model, tiny_draft, tiny_paths, tiny_target  # noqa: F401
+from tiny_model_fixtures import (  # noqa: F401
+    hybrid_model,
+    hybrid_model_without_mtp,
+    tiny_draft,
+    tiny_paths,
+    tiny_target,
+)
 
 import spec_actor
 from spec_actor import Done, Eog, Error, Session, Token
@@ -188,16 +194,21 @@ async def test_each_requests_statistics_count_its_own_tokens(tiny_target):  # no
         assert total.requests == 4
 
 
-def test_what_cannot_batch_yet(hybrid_model, tiny_target, tiny_draft):  # noqa: F811
+def test_what_cannot_batch_yet(hybrid_model, hybrid_model_without_mtp, tiny_target, tiny_draft):  # noqa: F811
     assert can_batch(tiny_target, "auto") and can_batch(tiny_target, "ngram-mod")
-    assert not can_batch(hybrid_model, "none")  # recurrent state: one sequence per session for now
-    assert not can_batch(tiny_target, spec_actor.Spec("draft-simple", draft_model=tiny_draft))
+    # recurrent and hybrid targets batch without a draft context (decision 0061)
+    assert can_batch(hybrid_model, "none") and can_batch(hybrid_model, "ngram-simple")
+    assert can_batch(hybrid_model_without_mtp, "auto")
+    assert not can_batch(hybrid_model, "auto")  # auto drafts with the loaded MTP layer: a draft context
+    draft_simple = spec_actor.Spec("draft-simple", draft_model=tiny_draft)
+    assert not can_batch(tiny_target, draft_simple)
     with pytest.raises(spec_actor.ConfigError, match="n_seq"):
-        Session(hybrid_model, spec="none", n_ctx=N_CTX, n_seq=2)
+        Session(tiny_target, spec=draft_simple, n_ctx=N_CTX, n_seq=2)
 
 
-async def test_pool_falls_back_to_a_session_per_actor(hybrid_model):  # noqa: F811
-    async with open_pool(hybrid_model, size=2, spec="none", n_ctx=N_CTX) as pool:
+async def test_pool_falls_back_to_a_session_per_actor(tiny_target, tiny_draft):  # noqa: F811
+    spec = spec_actor.Spec("draft-simple", draft_model=tiny_draft)
+    async with open_pool(tiny_target, size=2, spec=spec, n_ctx=N_CTX) as pool:
         assert not pool.batched
         assert await pool.generate([1, 2, 3], max_tokens=4)
 

@@ -69,6 +69,8 @@ mtp_model_without_mtp = _loaded("mtp_model_without_mtp", "mtp",
 hybrid_model = _loaded("hybrid_model", "hybrid",
                        "The tiny qwen35 hybrid (recurrent + attention) model with its NextN/MTP layer loaded.",
                        load_mtp=True)
+hybrid_model_without_mtp = _loaded("hybrid_model_without_mtp", "hybrid",
+                                   "The same qwen35 file loaded without its NextN/MTP tensors (auto drafts no model).")
 tiny_target = _loaded("tiny_target", "target", "The llama target of the draft pair.")
 tiny_draft = _loaded("tiny_draft", "draft", "The 1-block llama draft sharing the target's vocabulary.")
 tiny_bad_draft = _loaded("tiny_bad_draft", "bad_draft", "A llama draft whose token texts differ from the target's.")
