@@ -106,26 +106,33 @@ async def test_gemma_batch_equals_lone_runs_within_near_ties(gemma):
             assert_equal_within_a_near_tie(plain, prompts[i], got[i], expected[i])
 
 
-def _threads_and_fds() -> tuple[int, int]:
-    return threading.active_count(), len(os.listdir("/proc/self/fd"))
+def _threads_fds_rss() -> tuple[int, int, int]:
+    """Live threads, open file descriptors, and resident memory in KiB."""
+    with open("/proc/self/status", encoding="ascii") as status:
+        rss = next(int(line.split()[1]) for line in status if line.startswith("VmRSS:"))
+    return threading.active_count(), len(os.listdir("/proc/self/fd")), rss
+
+
+ROUNDS = 200
+SIZE = 8
 
 
 async def test_cancelling_one_of_n_leaves_the_others_equal_to_their_lone_runs(tiny_target):  # noqa: F811
     rng = random.Random(11)
-    prompts = _prompts(tiny_target, 5, seed=3)
-    prompts[4] = (prompts[4] * 8)[:150]  # the victim: a long prompt, prefilled over several steps
-    expected = [_alone(tiny_target, "auto", p, max_tokens=N, temp=0.0) for p in prompts[:4]]
-    async with _open(tiny_target, "auto", 4, stream_buffer=1) as pool:
-        before = None
-        for round_ in range(12):
+    prompts = _prompts(tiny_target, SIZE + 1, seed=3)
+    prompts[SIZE] = (prompts[SIZE] * 8)[:150]  # the victim: a long prompt, prefilled over several steps
+    expected = [_alone(tiny_target, "auto", p, max_tokens=N, temp=0.0) for p in prompts[:SIZE]]
+    async with _open(tiny_target, "auto", SIZE, stream_buffer=1) as pool:
+        warm = None
+        for round_ in range(ROUNDS):
             where = rng.choice(["queued", "prefill", "decode"])
             after = rng.randrange(1, 6)
             got: dict[int, list[int]] = {}
 
             async def victim() -> None:
-                async with pool.stream_events(prompts[4], max_tokens=200, temp=0.0) as events:
+                async with pool.stream_events(prompts[SIZE], max_tokens=200, temp=0.0) as events:
                     if where == "queued":
-                        return  # left before an actor took it: all four are busy
+                        return  # left before an actor took it: all of them are busy
                     n = 0
                     async for ev in events:
                         n += isinstance(ev, Token)
@@ -138,21 +145,23 @@ async def test_cancelling_one_of_n_leaves_the_others_equal_to_their_lone_runs(ti
                 got[i], ends[i] = await _collect(pool, prompts[i], max_tokens=N, temp=0.0)
 
             async with trio.open_nursery() as nursery:
-                for i in range(4 if where == "queued" else 3):
+                for i in range(SIZE if where == "queued" else SIZE - 1):
                     nursery.start_soon(other, i)
                 await trio.sleep(0)
                 nursery.start_soon(victim)
             if where != "queued":
-                got[3], ends[3] = await _collect(pool, prompts[3], max_tokens=N, temp=0.0)
-            for i in range(4):
+                got[SIZE - 1], ends[SIZE - 1] = await _collect(pool, prompts[SIZE - 1], max_tokens=N, temp=0.0)
+            for i in range(SIZE):
                 assert got[i] == expected[i], (round_, where, i, ends[i])
-            if before is None:
-                before = _threads_and_fds()
-        threads, fds = _threads_and_fds()
-        # no leak over the rounds: the fds of the first, and threads for at most
-        # the four actors' runs and trio's spare worker threads (or what trio's
-        # thread cache still held from an earlier test after the first round)
-        assert fds == before[1] and threads <= max(before[0], 1 + 4 + 2)
+            if round_ == ROUNDS // 4:  # warmed up: allocators and caches at their working size
+                warm = _threads_fds_rss()
+        threads, fds, rss = _threads_fds_rss()
+        # no leak over the rounds: the fds of the first, threads for at most
+        # the actors' runs and trio's spare worker threads (or what trio's
+        # thread cache still held from an earlier test), and resident memory
+        # within 8 MiB over 150 rounds (1,050 requests and 150 cancels)
+        assert fds == warm[1] and threads <= max(warm[0], 1 + SIZE + 2)
+        assert rss - warm[2] < 8 * 1024, (warm, rss)
 
 
 async def test_a_reader_that_stops_pauses_only_its_own_sequence(tiny_target):  # noqa: F811
