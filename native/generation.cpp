@@ -1,6 +1,7 @@
 #include "generation.h"
 #include "step_cost_calibration.h"
 #include "checks.h"
+#include "sampler.h"
 #include "shared_prefix.h"
 
 #include "common.h"
@@ -17,7 +18,7 @@ Sequence::Sequence(sa_session & s, Slot & slot, const sa_run_params & p, common_
       vocab_(llama_model_get_vocab(s.model->model)), mem_tgt_(llama_get_memory(s.ctx_tgt)),
       mem_dft_(s.ctx_dft ? llama_get_memory(s.ctx_dft) : nullptr), n_ctx_(s.n_ctx_seq),
       n_rs_((int32_t) llama_n_rs_seq(s.ctx_tgt)), drafter_(slot.drafter), stats_(*slot.stats), prefix_(*slot.prefix),
-      n_logprobs_(n_logprobs) {}
+      n_logprobs_(n_logprobs), argmax_(picks_argmax(vocab_, p.sampling)) {}
 
 void Sequence::end_with_error(int code, const std::string & msg) {
     errored_ = true;
@@ -282,7 +283,8 @@ void Sequence::verified(int64_t t_us, int32_t n_others) {
     std::vector<int> idxs((size_t) n_draft + 1);
     for (int32_t i = 0; i <= n_draft; ++i) idxs[(size_t) i] = i_verify_ + i;
     const int64_t t_s0 = ggml_time_us();
-    llama_tokens ids = common_sampler_sample_and_accept_n(smpl_.get(), s_.ctx_tgt, idxs, draft_);
+    llama_tokens ids = argmax_ ? argmax_sample_and_accept_n(s_.ctx_tgt, idxs, draft_)
+                               : common_sampler_sample_and_accept_n(smpl_.get(), s_.ctx_tgt, idxs, draft_);
     const int64_t t_sample = ggml_time_us() - t_s0;
     stats_.add(&Counters::t_sample_us, t_sample);
     if (ids.empty()) return end_with_error(SA_ERR_INTERNAL, "the sampler returned no token");

@@ -88,6 +88,7 @@ private:
     Stats & stats_;
     PrefixCache & prefix_;
     const int32_t n_logprobs_;
+    const bool argmax_;  // greedy with nothing that could change the pick: sample by argmax (sampler.h)
 
     Phase phase_ = Phase::Start;
     std::atomic<bool> ended_{false};

@@ -1,5 +1,6 @@
 #include "sampler.h"
 
+#include <algorithm>
 #include <string>
 #include <utility>
 
@@ -53,6 +54,27 @@ common_sampler * make_sampler(const sa_model & m, const sa_sampling_params & sp,
                    (detail.empty() ? "" : " (" + detail + ")"));
         return nullptr;
     }
+}
+
+bool picks_argmax(const llama_vocab * vocab, const sa_sampling_params & sp) {
+    int32_t n_suppress = 0;
+    llama_vocab_get_suppress_tokens(vocab, &n_suppress);
+    const bool grammar = sp.grammar != nullptr && sp.grammar[0] != '\0';
+    const bool penalties = sp.penalty_last_n != 0 &&
+                           (sp.penalty_repeat != 1.0f || sp.penalty_freq != 0.0f || sp.penalty_present != 0.0f);
+    return sp.temp <= 0.0f && !grammar && !penalties && n_suppress == 0;
+}
+
+llama_tokens argmax_sample_and_accept_n(llama_context * ctx, const std::vector<int> & idxs, const llama_tokens & draft) {
+    const int32_t n_vocab = llama_vocab_n_tokens(llama_model_get_vocab(llama_get_model(ctx)));
+    llama_tokens ids;
+    for (size_t i = 0; i < idxs.size(); ++i) {
+        const float * logits = llama_get_logits_ith(ctx, idxs[i]);
+        const llama_token id = (llama_token) (std::max_element(logits, logits + n_vocab) - logits);
+        ids.push_back(id);
+        if (i == draft.size() || draft[i] != id) break;
+    }
+    return ids;
 }
 
 }  // namespace sa

@@ -21,6 +21,16 @@ namespace sa {
 common_sampler * make_sampler(const sa_model & m, const sa_sampling_params & sp, sa_status * st,
                               const std::string & prefill = "");
 
+// Whether sp makes the sampler pick the most likely token and nothing else
+// can change which one: greedy, no grammar, neutral penalties, and a
+// vocabulary without suppressed tokens. Then argmax_sample_and_accept_n
+// gives the sampler's tokens without its pass over the whole vocabulary.
+bool picks_argmax(const llama_vocab * vocab, const sa_sampling_params & sp);
+
+// common_sampler_sample_and_accept_n for a picks_argmax sampler: the most
+// likely token at each of idxs while it equals the draft's token there.
+llama_tokens argmax_sample_and_accept_n(llama_context * ctx, const std::vector<int> & idxs, const llama_tokens & draft);
+
 // The triggers of a lazy grammar from their JSON text (sa_sampling_params),
 // checked so that common_sampler_init cannot assert: throws naming a bad one
 // (chat_jinja.cpp).

@@ -93,3 +93,20 @@ def test_native_params_without_grammar_pack_null_and_default_seed():
     assert native_ffi.string(struct.grammar_root) == b"root"
     assert struct.seed == 0xFFFFFFFF
     assert struct.temp == 0.0
+
+
+@pytest.mark.parametrize("spec", ["none", "ngram-simple"])
+def test_greedy_by_argmax_equals_the_sampler_chain(gemma, spec):
+    # Greedy runs without a grammar or penalties pick by argmax over the
+    # logits instead of llama.cpp's sampler chain (native/sampler.h). The
+    # chain at a temperature of 1e-6 keeps only the top token unless two
+    # logits are within about 1e-5 of each other, so both must give the
+    # same tokens; a near-tie between them would show as a difference.
+    from spec_actor import Session
+
+    prompt = "Here is a list of the planets of the solar system, in order:"
+    with Session(gemma, spec=spec, n_ctx=512, prefix_cache=False) as session:
+        by_argmax = session.run(prompt, max_tokens=48, temp=0.0)
+        by_chain = session.run(prompt, max_tokens=48, temp=1e-6, seed=5)
+    assert len(by_argmax.tokens) > 8
+    assert list(by_argmax.tokens) == list(by_chain.tokens)
