@@ -119,6 +119,7 @@ void AutoDrafter::begin(const RunStart & start) {
     memory_->begin_sequence();
     memory_->append(start.prompt, (size_t) start.n_prompt);
     pending_ = false;
+    process_us_ = 0;  // the prompt's batches (after a run that ended mid-step) are not a step's
     chosen_ = 0;
     last_n_ = 0;
 }
