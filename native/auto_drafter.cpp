@@ -87,6 +87,7 @@ void AutoDrafter::init(common_params_speculative base, common_speculative * mode
     n_cap_ = base.draft.n_max;
     ctx_dft_ = base.draft.ctx_dft;
     lazy_ = model != nullptr && model_id == SA_SPEC_DRAFT_SIMPLE && ctx_dft_ != nullptr;
+    dft_trimmable_ = ctx_dft_ != nullptr && common_context_can_seq_rm(ctx_dft_) == COMMON_CONTEXT_SEQ_RM_TYPE_PART;
     if (lazy_) catch_up_batch_ = common_batch(ctx_dft_);
     base.draft.ctx_dft = nullptr;
     base_ = base;
@@ -171,6 +172,7 @@ void AutoDrafter::draft(const DraftInput & in, llama_tokens & draft) {
     last_n_ = 0;
     expected_ = 1.0;
     alt_rate_ = 0;
+    step_pos_ = in.n_past;
     pending_ = true;
     ++steps_;
     const int32_t n_max = std::min(in.n_max, n_cap_);
@@ -265,8 +267,7 @@ void AutoDrafter::explore(Arm *& best, int32_t & best_n) {
 bool AutoDrafter::process(const common_batch & batch) {
     if (model_ == nullptr || (lazy_ && !warm_)) return true;
     if (dropped_) {
-        // the target starts over: the draft context, emptied with it, is in step again
-        if (batch.size() == 0 || batch.tokens[0].pos[0] != 0) return true;
+        if (!in_step(batch)) return true;
         admit();
     }
     const int64_t t0 = ggml_time_us();
@@ -283,6 +284,19 @@ void AutoDrafter::admit() {
     process_us_ = 0;
 }
 
+// A batch that a dropped arm may read from: the target starts over (the
+// prefix cache emptied the draft context with it), or a new run's prompt
+// parts from what the arm read before it was dropped, and the prefix cache
+// cut the draft context to the tokens the batch follows, as it cuts a
+// context that never lagged. Within the run that dropped it, batches start
+// at drop_pos_ or later.
+bool AutoDrafter::in_step(const common_batch & batch) const {
+    if (batch.size() == 0) return false;
+    const llama_pos p0 = batch.tokens[0].pos[0];
+    if (p0 == 0) return true;
+    return dft_trimmable_ && p0 < drop_pos_ && p0 == llama_memory_seq_pos_max(llama_get_memory(ctx_dft_), 0) + 1;
+}
+
 void AutoDrafter::judge(size_t n_made) {
     if (model_ == nullptr || lazy_ || dropped_) return;
     // a draft of the model arm earned the time the best choice without it
@@ -291,7 +305,10 @@ void AutoDrafter::judge(size_t n_made) {
     const double earned = alt_rate_ > 0 ? made / alt_rate_ - (model_step_us_ + model_sample_us_ * made) : 0.0;
     net_us_ = kNetDecay * net_us_ + earned - (double) process_us_;
     process_us_ = 0;
-    if (++judged_steps_ >= kJudgeAfter && net_us_ < 0) dropped_ = true;
+    if (++judged_steps_ >= kJudgeAfter && net_us_ < 0) {
+        dropped_ = true;
+        drop_pos_ = step_pos_;
+    }
 }
 
 bool AutoDrafter::catch_up(const DraftInput & in) {

@@ -113,9 +113,12 @@ private:
     // earn the time the best choice without it would have needed for their
     // tokens. net_us_ is the decayed sum of the two (earned minus paid) since
     // the arm was admitted; negative after kJudgeAfter steps, it is dropped:
-    // it neither drafts nor reads batches until a run starts over at
-    // position 0 (the prefix cache kept nothing, so its context is in step).
+    // it neither drafts nor reads batches until a run's prompt batch finds
+    // its context in step (in_step).
     bool dropped_ = false;
+    bool dft_trimmable_ = false;    // the draft context drops a sequence's end (not recurrent)
+    llama_pos step_pos_ = 0;        // where this step's batch starts
+    llama_pos drop_pos_ = 0;        // ... and the step's that dropped the arm
     double net_us_ = 0;
     uint64_t judged_steps_ = 0;
     int64_t process_us_ = 0;        // the arm's processing time in this step
@@ -125,6 +128,7 @@ private:
     uint64_t model_batches_ = 0;
     void admit();
     void judge(size_t n_made);
+    bool in_step(const common_batch & batch) const;
 
     common_params_speculative base_;
     std::vector<Arm> cheap_;

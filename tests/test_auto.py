@@ -143,32 +143,44 @@ def test_a_model_drafter_that_does_not_pay_is_dropped_and_stops_reading_batches(
     """Decision 0062: a model arm fed every batch is dropped once it costs more than it earns.
 
     The tiny DFlash drafter's drafts are never accepted. Dropped, its context
-    reads no more batches: not in that run, not in a request that reuses the
-    cached prefix; forget() starts the contexts over and re-admits it.
+    reads no more batches: not in that run, not in a request that continues
+    it (the prefix cache reuses it past where the arm was dropped). A prompt
+    that parts from the cached prefix before that point re-admits it (the
+    prefix cache cuts its context back to the tokens they share), and so
+    does forget().
     """
     n = 2 * N_TINY  # long enough that the judging window is a small part of it
-    with Session(tiny_target, spec="none", n_ctx=512, n_threads=1) as plain:
+    ctx = {"n_ctx": 1024, "n_threads": 1}
+    parting = "The quick brown fox jumps over the lazy cat."
+    with Session(tiny_target, spec="none", **ctx) as plain:
         expected = greedy(plain, TINY_PROMPT, n).tokens
-    with Session(tiny_target, spec=Spec("auto", draft_model=tiny_dflash), n_ctx=512, n_threads=1) as session:
+        continued = [*plain.tokenize(TINY_PROMPT), *expected]
+        expected_continued = greedy(plain, continued, n).tokens
+        expected_parting = greedy(plain, parting, n).tokens
+    with Session(tiny_target, spec=Spec("auto", draft_model=tiny_dflash), **ctx) as session:
         nt.fix_step_cost_table(session._handle, CHEAP_DRAFTS_US)
         first = greedy(session, TINY_PROMPT, n)
         n_first, dropped_first = nt.auto_model_arm(session._handle)
-        again = greedy(session, TINY_PROMPT, n)
+        again = greedy(session, continued, n)
         n_again, dropped_again = nt.auto_model_arm(session._handle)
+        parted = greedy(session, parting, n)
+        n_parted, _ = nt.auto_model_arm(session._handle)
         session.forget()
         fresh = greedy(session, TINY_PROMPT, n)
         n_fresh, dropped_fresh = nt.auto_model_arm(session._handle)
-    for run in (first, again, fresh):
+    runs = ((first, expected), (again, expected_continued), (parted, expected_parting), (fresh, expected))
+    for run, want in runs:
         assert_consistent(run, n)
-        assert run.tokens == expected
+        assert run.tokens == want
     dflash = drafter(first, "draft-dflash")
     assert dflash is not None and dflash.drafted > 0 and dflash.accepted == 0, first.stats.summary()
     assert dropped_first and n_first < first.stats.iters // 2, (n_first, first.stats.summary())
-    assert again.stats.prompt_reused > 0
+    assert again.stats.prompt_reused > len(continued) // 2
     assert (n_again, dropped_again) == (n_first, True)
     assert drafter(again, "draft-dflash") is None
+    assert parted.stats.prompt_reused > 0 and n_parted > n_again  # in step again: it read the rest of the prompt
     # re-admitted with the contexts started over, and judged (and dropped) again
-    assert fresh.stats.prompt_reused == 0 and n_fresh > n_again and dropped_fresh
+    assert fresh.stats.prompt_reused == 0 and n_fresh > n_parted and dropped_fresh
 
 
 def test_a_model_drafter_that_pays_is_kept(mtp_model):
