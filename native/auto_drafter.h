@@ -114,7 +114,7 @@ private:
     // tokens. net_us_ is the decayed sum of the two (earned minus paid) since
     // the arm was admitted; negative after kJudgeAfter steps, it is dropped:
     // it neither drafts nor reads batches until a run's prompt batch finds
-    // its context in step (in_step).
+    // its context in step (in_step), which re-admits it.
     bool dropped_ = false;
     bool dft_trimmable_ = false;    // the draft context drops a sequence's end (not recurrent)
     llama_pos step_pos_ = 0;        // where this step's batch starts
