@@ -208,8 +208,11 @@ void AutoDrafter::draft(const DraftInput & in, llama_tokens & draft) {
         const double d_m = timed && model_arm_.costed ? model_arm_.cost_us : 0.0;
         const double rate_m = best_length(model_arm_.expected, verify_, n_m, n_m, d_cheap + d_m, s, 0, in.share).rate;
         const bool on_merit = rate_m > best_rate * kLongerMustBeat;
-        if (on_merit || steps_ - last_model_step_ >= model_explore_every_) {
+        // an arm on trial drafts at least once before it is judged
+        const bool owed = !lazy_ && judged_drafts_ == 0 && judged_steps_ + 1 >= kJudgeAfter;
+        if (on_merit || owed || steps_ - last_model_step_ >= model_explore_every_) {
             last_model_step_ = steps_;
+            ++judged_drafts_;
             model_explore_every_ = on_merit ? kModelExploreEvery : std::min(2 * model_explore_every_, kModelExploreMax);
             const DraftInput model_in{n_m, in.n_past, in.id_last, in.prompt_tgt};
             const int64_t t0 = ggml_time_us();
@@ -281,6 +284,7 @@ void AutoDrafter::admit() {
     dropped_ = false;
     net_us_ = 0;
     judged_steps_ = 0;
+    judged_drafts_ = 0;
     process_us_ = 0;
 }
 
@@ -305,7 +309,7 @@ void AutoDrafter::judge(size_t n_made) {
     const double earned = alt_rate_ > 0 ? made / alt_rate_ - (model_step_us_ + model_sample_us_ * made) : 0.0;
     net_us_ = kNetDecay * net_us_ + earned - (double) process_us_;
     process_us_ = 0;
-    if (++judged_steps_ >= kJudgeAfter && net_us_ < 0) {
+    if (++judged_steps_ >= kJudgeAfter && judged_drafts_ > 0 && net_us_ < 0) {
         dropped_ = true;
         drop_pos_ = step_pos_;
     }

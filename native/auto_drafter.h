@@ -121,6 +121,7 @@ private:
     llama_pos drop_pos_ = 0;        // ... and the step's that dropped the arm
     double net_us_ = 0;
     uint64_t judged_steps_ = 0;
+    uint64_t judged_drafts_ = 0;    // times the arm was asked to draft since admitted (one at least before a drop)
     int64_t process_us_ = 0;        // the arm's processing time in this step
     double alt_rate_ = 0;           // the model arm drafted: the best rate without it
     double model_step_us_ = 0;      // ... its step's predicted cost but for sampling
