@@ -9,7 +9,12 @@ disagree, so this is the case the issue names: a drafter that auto seldom
 picks must cost next to nothing. Four modes run on each workload, interleaved, and
 the median decode tokens/s of each is compared:
 
-    python bench/bench_auto_draft.py [--reps 7] [--tokens 128] [--json out.json] [--check]
+    python bench/bench_auto_draft.py [--reps 7] [--tokens 128] [--drafter draft|eagle3|dflash] [--json out.json] [--check]
+
+--drafter eagle3 / dflash gives auto spec_actor.testing's EAGLE-3 or DFlash
+drafter for the target instead (one small block): an arm that reads every
+verified batch, which auto drops once it costs more than it earns
+(docs/decisions/0062). "draft model fixed" is then that drafter fixed.
 
 Target (issue "One drafter interface"): auto with the draft model >= 0.95x
 the best of the other three on every workload.
@@ -36,13 +41,24 @@ TARGET = Dims(n_embd=64, n_head=4, n_head_kv=2, n_ff=8192, n_layer=12)
 DRAFT = Dims(n_embd=64, n_head=4, n_head_kv=2, n_ff=8192, n_layer=3)
 
 
-def spec_of(mode: str, draft: spec_actor.Model) -> Spec:
+DRAFTERS = {"draft": "draft-simple", "eagle3": "draft-eagle3", "dflash": "draft-dflash"}  # --drafter: its spec type
+
+
+def spec_of(mode: str, draft: spec_actor.Model, kind: str) -> Spec:
     return {
         "plain": Spec("none"),
         "auto": Spec("auto"),
         "auto + draft model": Spec("auto", draft_model=draft),
-        "draft model fixed": Spec("draft", n_draft=3, draft_model=draft),
+        "draft model fixed": Spec(kind, n_draft=3, draft_model=draft),
     }[mode]
+
+
+def write_drafter(directory: Path, target: Path, draft: Path, drafter: str) -> Path:
+    if drafter == "eagle3":
+        return tiny_models.write_eagle3_drafter(directory / "eagle3.gguf", target)
+    if drafter == "dflash":
+        return tiny_models.write_dflash_drafter(directory / "dflash.gguf", target)
+    return draft
 
 
 def plain_rate(model: spec_actor.Model, prompt: str, tokens: int) -> float:
@@ -54,16 +70,21 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reps", type=int, default=7, help="runs per mode and workload (default 7)")
     parser.add_argument("--tokens", type=int, default=128, help="tokens per run (default 128)")
+    parser.add_argument("--drafter", choices=tuple(DRAFTERS), default="draft",
+                        help="the model drafter auto is given (default: the draft model)")
     add_report_options(parser)
     args = parser.parse_args(argv)
-    report = Report("bench_auto_draft", {"reps": args.reps, "tokens": args.tokens, "workloads": list(WORKLOADS)})
+    report = Report("bench_auto_draft", {"reps": args.reps, "tokens": args.tokens, "drafter": args.drafter,
+                                        "workloads": list(WORKLOADS)})
+    kind = DRAFTERS[args.drafter]
     with tempfile.TemporaryDirectory() as tmp:
         target_path, draft_path = tiny_models.write_draft_pair(Path(tmp), TARGET, DRAFT)
         target, draft = spec_actor.load_model(target_path), spec_actor.load_model(draft_path)
+        drafter = spec_actor.load_model(write_drafter(Path(tmp), target_path, draft_path, args.drafter))
         prompts = {w: (PROMPTS / f"{w}.txt").read_text(encoding="utf-8") for w in WORKLOADS}
         cost_ratio = plain_rate(target, prompts["story"], args.tokens) / plain_rate(draft, prompts["story"], args.tokens)
         results: dict[str, dict[str, Rates]] = {w: {m: Rates() for m in MODES} for w in WORKLOADS}
-        sessions = {m: Session(target, spec=spec_of(m, draft), n_ctx=4096, n_threads=1) for m in MODES}
+        sessions = {m: Session(target, spec=spec_of(m, drafter, kind), n_ctx=4096, n_threads=1) for m in MODES}
         try:
             for _ in range(args.reps):
                 for w in WORKLOADS:
@@ -81,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
         best_other = max(v for m, v in med.items() if m != "auto + draft model")
         ratio = med["auto + draft model"] / best_other
         last = results[w]["auto + draft model"].last
-        steps = next((d.steps for d in last.stats.drafters if d.name == "draft-simple"), 0) if last else 0
+        steps = next((d.steps for d in last.stats.drafters if d.name == kind), 0) if last else 0
         table.add(w, *(f"{med[m]:.0f}" for m in MODES), f"{ratio:.2f}x", str(steps))
         report.add_target(Target(f"{w}: auto + draft model / best of the others", ratio, ">=", 0.95, "x"))
         out["workloads"][w] = {"median_tokens_per_sec": med, "ratio": ratio, "draft_model_steps": steps}

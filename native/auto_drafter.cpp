@@ -34,6 +34,10 @@ constexpr double kCostDecay = 0.9;             // draft-time means follow about 
 constexpr uint64_t kModelExploreEvery = 32;
 constexpr uint64_t kModelExploreMax = 1024;
 constexpr int32_t kExploreLength = 4;          // draft length of an exploring step when plain won
+// A model arm fed every batch is judged on its net gain over about 32 steps,
+// from its kJudgeAfter-th step since it was admitted (decision 0062).
+constexpr double kNetDecay = 1.0 - 1.0 / 32.0;
+constexpr uint64_t kJudgeAfter = 16;
 // Prior at a position past the first: the previous position's rate, with no
 // floor. With several drafters and plain steps to fall back on, a drafter
 // whose first tokens are seldom right should not be trusted for long drafts.
@@ -94,6 +98,7 @@ void AutoDrafter::init(common_params_speculative base, common_speculative * mode
     n_cap_ = base.draft.n_max;
     ctx_dft_ = base.draft.ctx_dft;
     lazy_ = model != nullptr && model_id == SA_SPEC_DRAFT_SIMPLE && ctx_dft_ != nullptr;
+    dft_trimmable_ = ctx_dft_ != nullptr && common_context_can_seq_rm(ctx_dft_) == COMMON_CONTEXT_SEQ_RM_TYPE_PART;
     if (lazy_) catch_up_batch_ = common_batch(ctx_dft_);
     base.draft.ctx_dft = nullptr;
     base_ = base;
@@ -116,15 +121,17 @@ void AutoDrafter::begin(const RunStart & start) {
         model_arm_.accept.reset(model_n_max_, kLaterFloor);
         model_explore_every_ = kModelExploreEvery;
         verify_.reset();
+        if (!dropped_) admit();  // judged afresh; a dropped arm waits for its context to start over
     }
     for (Arm & arm : cheap_) {
         if (arm.spec) common_speculative_begin(arm.spec, 0, start.prompt_tgt);
         arm.proposed = false;
     }
-    if (model_ != nullptr) common_speculative_begin(model_, 0, start.prompt_tgt);
+    if (model_ != nullptr && !dropped_) common_speculative_begin(model_, 0, start.prompt_tgt);
     memory_->begin_sequence();
     memory_->append(start.prompt, (size_t) start.n_prompt);
     pending_ = false;
+    process_us_ = 0;  // the prompt's batches (after a run that ended mid-step) are not a step's
     chosen_ = 0;
     last_n_ = 0;
 }
@@ -175,6 +182,8 @@ void AutoDrafter::draft(const DraftInput & in, llama_tokens & draft) {
     chosen_ = 0;
     last_n_ = 0;
     expected_ = 1.0;
+    alt_rate_ = 0;
+    step_pos_ = in.n_past;
     pending_ = true;
     ++steps_;
     const int32_t n_max = std::min(in.n_max, n_cap_);
@@ -204,14 +213,17 @@ void AutoDrafter::draft(const DraftInput & in, llama_tokens & draft) {
     int32_t best_n = choice.length.n;
     if (steps_ % kExploreEvery == 0) explore(best, best_n);
 
-    if (model_ != nullptr) {
+    if (model_ != nullptr && !dropped_) {
         const int32_t n_m = std::min(model_n_max_, n_max);
         model_arm_.accept.expected(model_arm_.expected, first_prior_);
         const double d_m = timed && model_arm_.costed ? model_arm_.cost_us : 0.0;
         const double rate_m = best_length(model_arm_.expected, verify_, n_m, n_m, d_cheap + d_m, s, 0, in.share).rate;
         const bool on_merit = rate_m > best_rate * kLongerMustBeat;
-        if (on_merit || steps_ - last_model_step_ >= model_explore_every_) {
+        // an arm on trial drafts at least once before it is judged
+        const bool owed = !lazy_ && judged_drafts_ == 0 && judged_steps_ + 1 >= kJudgeAfter;
+        if (on_merit || owed || steps_ - last_model_step_ >= model_explore_every_) {
             last_model_step_ = steps_;
+            ++judged_drafts_;
             model_explore_every_ = on_merit ? kModelExploreEvery : std::min(2 * model_explore_every_, kModelExploreMax);
             const DraftInput model_in{n_m, in.n_past, in.id_last, in.prompt_tgt};
             const int64_t t0 = ggml_time_us();
@@ -224,6 +236,11 @@ void AutoDrafter::draft(const DraftInput & in, llama_tokens & draft) {
                 chosen_ = model_id_;
                 last_n_ = (int32_t) draft.size();
                 expected_ = expected_at(model_arm_.expected, last_n_);
+                if (timed) {  // what judge() weighs its tokens against
+                    alt_rate_ = best_rate;
+                    model_step_us_ = verify_.at(last_n_) + d_cheap + model_arm_.cost_us;
+                    model_sample_us_ = s;
+                }
                 return;
             }
         }
@@ -263,7 +280,50 @@ void AutoDrafter::explore(Arm *& best, int32_t & best_n) {
 
 bool AutoDrafter::process(const common_batch & batch) {
     if (model_ == nullptr || (lazy_ && !warm_)) return true;
-    return common_speculative_process(model_, batch);
+    if (dropped_) {
+        if (!in_step(batch)) return true;
+        admit();
+    }
+    const int64_t t0 = ggml_time_us();
+    const bool ok = common_speculative_process(model_, batch);
+    if (pending_) process_us_ += ggml_time_us() - t0;  // a verified step's batch, not the prompt's
+    ++model_batches_;
+    return ok;
+}
+
+void AutoDrafter::admit() {
+    dropped_ = false;
+    net_us_ = 0;
+    judged_steps_ = 0;
+    judged_drafts_ = 0;
+    process_us_ = 0;
+}
+
+// A batch that a dropped arm may read from: the target starts over (the
+// prefix cache emptied the draft context with it), or a new run's prompt
+// parts from what the arm read before it was dropped, and the prefix cache
+// cut the draft context to the tokens the batch follows, as it cuts a
+// context that never lagged. Within the run that dropped it, batches start
+// at drop_pos_ or later.
+bool AutoDrafter::in_step(const common_batch & batch) const {
+    if (batch.size() == 0) return false;
+    const llama_pos p0 = batch.tokens[0].pos[0];
+    if (p0 == 0) return true;
+    return dft_trimmable_ && p0 < drop_pos_ && p0 == llama_memory_seq_pos_max(llama_get_memory(ctx_dft_), 0) + 1;
+}
+
+void AutoDrafter::judge(size_t n_made) {
+    if (model_ == nullptr || lazy_ || dropped_) return;
+    // a draft of the model arm earned the time the best choice without it
+    // would have needed for its tokens, less what its step cost
+    const double made = (double) n_made;
+    const double earned = alt_rate_ > 0 ? made / alt_rate_ - (model_step_us_ + model_sample_us_ * made) : 0.0;
+    net_us_ = kNetDecay * net_us_ + earned - (double) process_us_;
+    process_us_ = 0;
+    if (++judged_steps_ >= kJudgeAfter && judged_drafts_ > 0 && net_us_ < 0) {
+        dropped_ = true;
+        drop_pos_ = step_pos_;
+    }
 }
 
 bool AutoDrafter::catch_up(const DraftInput & in) {
@@ -299,12 +359,13 @@ void AutoDrafter::observe(const StepOutcome & out) {
         };
         for (Arm & arm : cheap_) learn(arm);
         learn(model_arm_);
+        judge(ids.size());
     }
     if (!out.committed) return;
     // The model drafter picks its next hidden state from the verified batch
     // by the accepted count, whoever drafted (llama.cpp asserts that a
     // drafter accepts only after it drafted once).
-    if (model_ != nullptr && model_drafted_) {
+    if (model_ != nullptr && model_drafted_ && !dropped_) {
         common_speculative_accept(model_, 0, (uint16_t) std::max((int32_t) ids.size() - 1, 0));
     }
     memory_->append(ids.data(), ids.size());

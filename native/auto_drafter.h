@@ -13,7 +13,9 @@
 // cheap proposal learns how much of it would have been accepted: the
 // drafters that were not chosen keep being measured at no cost. The model
 // drafter costs forward passes; it drafts only when its expected rate beats
-// the best cheap proposal, and now and then to stay measured.
+// the best cheap proposal, and now and then to stay measured. One that reads
+// every verified batch (MTP, EAGLE-3, DFlash) is dropped once it costs more
+// than it earns (docs/decisions/0062).
 #pragma once
 
 #include "adaptive.h"
@@ -64,7 +66,13 @@ public:
     int32_t last_drafter() const override { return chosen_; }
     int32_t n_draft_in_use() const override { return last_n_; }
     double expected_tokens() const override { return expected_; }
-    bool catches_up() const override { return lazy_; }
+    // The draft context may lag: a lazy arm catches it up, a dropped one no longer reads it.
+    bool catches_up() const override { return lazy_ || dropped_; }
+
+    // The model arm's state, for tests and print_stats: batches it processed
+    // (this session) and whether it is dropped now.
+    uint64_t model_batches() const { return model_batches_; }
+    bool model_dropped() const { return dropped_; }
 
     // Tests and benchmarks: fixes the step cost (StepCost::fix) for the rest of the session.
     void fix_step_cost(std::vector<double> us_by_length) { verify_.fix(std::move(us_by_length)); }
@@ -100,6 +108,28 @@ private:
     llama_context * ctx_dft_ = nullptr;
     common_batch catch_up_batch_;
     bool catch_up(const DraftInput & in);
+
+    // An arm fed every batch pays its processing time each step; its drafts
+    // earn the time the best choice without it would have needed for their
+    // tokens. net_us_ is the decayed sum of the two (earned minus paid) since
+    // the arm was admitted; negative after kJudgeAfter steps, it is dropped:
+    // it neither drafts nor reads batches until a run's prompt batch finds
+    // its context in step (in_step), which re-admits it.
+    bool dropped_ = false;
+    bool dft_trimmable_ = false;    // the draft context drops a sequence's end (not recurrent)
+    llama_pos step_pos_ = 0;        // where this step's batch starts
+    llama_pos drop_pos_ = 0;        // ... and the step's that dropped the arm
+    double net_us_ = 0;
+    uint64_t judged_steps_ = 0;
+    uint64_t judged_drafts_ = 0;    // times the arm was asked to draft since admitted (one at least before a drop)
+    int64_t process_us_ = 0;        // the arm's processing time in this step
+    double alt_rate_ = 0;           // the model arm drafted: the best rate without it
+    double model_step_us_ = 0;      // ... its step's predicted cost but for sampling
+    double model_sample_us_ = 0;    // ... and sampling per token made
+    uint64_t model_batches_ = 0;
+    void admit();
+    void judge(size_t n_made);
+    bool in_step(const common_batch & batch) const;
 
     common_params_speculative base_;
     std::vector<Arm> cheap_;

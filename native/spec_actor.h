@@ -402,6 +402,10 @@ uint64_t sa_testing_step_cost_calibrations(void);
  * measured table (times *scale, its online factor), 0 when learned online or fixed. */
 sa_status sa_testing_auto_step_cost(const sa_session * session, double * out, int32_t n_out, int32_t * calibrated,
                                     double * scale);
+/* Spec "auto" only, between runs: the batches its model drafter's context
+ * processed in this session, and whether the arm is dropped now (it cost
+ * more than it earned: docs/decisions/0062). */
+sa_status sa_testing_auto_model_arm(const sa_session * session, uint64_t * n_batches, int32_t * dropped);
 /* Feeds a fresh acceptance model (per draft position, as "auto" keeps one per
  * drafter) count checked drafts, (n_checked[i] positions compared,
  * n_accepted[i] of them accepted) in order, then stores in out[0..n_cap] the

@@ -206,6 +206,17 @@ extern "C" sa_status sa_testing_fail_decode(sa_session * s, int32_t n) {
 
 extern "C" uint64_t sa_testing_step_cost_calibrations(void) { return sa::step_cost_calibrations(); }
 
+extern "C" sa_status sa_testing_auto_model_arm(const sa_session * s, uint64_t * n_batches, int32_t * dropped) {
+    if (s == nullptr || n_batches == nullptr || dropped == nullptr) {
+        return fail(SA_ERR_INVALID_ARG, "sa_testing_auto_model_arm: null argument");
+    }
+    const auto * autod = dynamic_cast<const AutoDrafter *>(s->drafter.get());
+    if (autod == nullptr) return fail(SA_ERR_INVALID_ARG, "sa_testing_auto_model_arm: the session's spec is not auto");
+    *n_batches = autod->model_batches();
+    *dropped = autod->model_dropped() ? 1 : 0;
+    return SA_OK;
+}
+
 extern "C" sa_status sa_testing_auto_step_cost(const sa_session * s, double * out, int32_t n_out, int32_t * calibrated,
                                                double * scale) {
     if (s == nullptr || out == nullptr || calibrated == nullptr || scale == nullptr || n_out < 1) {

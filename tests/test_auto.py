@@ -19,7 +19,7 @@ import spec_actor
 from greedy_helpers import GEMMA_NEAR_TIE, assert_consistent, assert_lossless, greedy, with_eog
 from spec_actor import Session, Spec, Stats
 from spec_actor.nif import testing as nt
-from tiny_model_fixtures import mtp_model, mtp_model_without_mtp, tiny_paths, tiny_target  # noqa: F401
+from tiny_model_fixtures import mtp_model, mtp_model_without_mtp, tiny_dflash, tiny_paths, tiny_target  # noqa: F401
 
 PROMPTS = Path(__file__).resolve().parent.parent / "bench" / "prompts"
 # Repeats itself, so drafters have something to find, and continues in free text.
@@ -131,6 +131,73 @@ def test_a_draft_model_that_auto_picks_now_and_then_drafts_from_a_caught_up_cont
             model_steps += d.steps
     assert model_steps >= 2, "the draft model's arm was never picked"
     assert sum(r.stats.drafters[0].steps for r in runs if r.stats.drafters[0].name == "none") > 0
+
+
+# A step cost under which drafting pays when the drafts are right: a drafted
+# token adds a tenth of a plain step. Fixed, so that whether a model arm
+# earns its processing time follows from what the target accepts.
+CHEAP_DRAFTS_US = [10_000.0] + [10_000.0 + 1_000.0 * n for n in range(1, 33)]
+
+
+def test_a_model_drafter_that_does_not_pay_is_dropped_and_stops_reading_batches(tiny_target, tiny_dflash):
+    """Decision 0062: a model arm fed every batch is dropped once it costs more than it earns.
+
+    The tiny DFlash drafter's drafts are never accepted. Dropped, its context
+    reads no more batches: not in that run, not in a request that continues
+    it (the prefix cache reuses it past where the arm was dropped). A prompt
+    that parts from the cached prefix before that point re-admits it (the
+    prefix cache cuts its context back to the tokens they share), and so
+    does forget().
+    """
+    n = 2 * N_TINY  # long enough that the judging window is a small part of it
+    ctx = {"n_ctx": 1024, "n_threads": 1}
+    parting = "The quick brown fox jumps over the lazy cat."
+    with Session(tiny_target, spec="none", **ctx) as plain:
+        expected = greedy(plain, TINY_PROMPT, n).tokens
+        continued = [*plain.tokenize(TINY_PROMPT), *expected]
+        expected_continued = greedy(plain, continued, n).tokens
+        expected_parting = greedy(plain, parting, n).tokens
+    with Session(tiny_target, spec=Spec("auto", draft_model=tiny_dflash), **ctx) as session:
+        nt.fix_step_cost_table(session._handle, CHEAP_DRAFTS_US)
+        first = greedy(session, TINY_PROMPT, n)
+        n_first, dropped_first = nt.auto_model_arm(session._handle)
+        again = greedy(session, continued, n)
+        n_again, dropped_again = nt.auto_model_arm(session._handle)
+        parted = greedy(session, parting, n)
+        n_parted, _ = nt.auto_model_arm(session._handle)
+        session.forget()
+        fresh = greedy(session, TINY_PROMPT, n)
+        n_fresh, dropped_fresh = nt.auto_model_arm(session._handle)
+    runs = ((first, expected), (again, expected_continued), (parted, expected_parting), (fresh, expected))
+    for run, want in runs:
+        assert_consistent(run, n)
+        assert run.tokens == want
+    dflash = drafter(first, "draft-dflash")
+    assert dflash is not None and dflash.drafted > 0 and dflash.accepted == 0, first.stats.summary()
+    assert dropped_first and n_first < first.stats.iters // 2, (n_first, first.stats.summary())
+    assert again.stats.prompt_reused > len(continued) // 2
+    assert (n_again, dropped_again) == (n_first, True)
+    assert drafter(again, "draft-dflash") is None
+    assert parted.stats.prompt_reused > 0 and n_parted > n_again  # in step again: it read the rest of the prompt
+    # re-admitted with the contexts started over, and judged (and dropped) again
+    assert fresh.stats.prompt_reused == 0 and n_fresh > n_parted and dropped_fresh
+
+
+def test_a_model_drafter_that_pays_is_kept(mtp_model):
+    """The tiny MTP head drafts what the target accepts: its arm stays, reading every verified batch."""
+    with Session(mtp_model, spec="none", n_ctx=512, n_threads=1) as plain:
+        expected = greedy(plain, TINY_PROMPT, N_TINY).tokens
+    with Session(mtp_model, spec="auto", n_ctx=512, n_threads=1) as session:
+        nt.fix_step_cost_table(session._handle, CHEAP_DRAFTS_US)
+        runs = [greedy(session, TINY_PROMPT, N_TINY), greedy(session, "one two three four five six", N_TINY)]
+        n_batches, dropped = nt.auto_model_arm(session._handle)
+    for run in runs:
+        assert_consistent(run, N_TINY)
+    assert runs[0].tokens == expected
+    assert not dropped
+    assert n_batches >= sum(r.stats.iters for r in runs)  # every verified batch
+    mtp = drafter(runs[0], "draft-mtp")
+    assert mtp is not None and mtp.accepted >= 0.5 * mtp.drafted > 0, runs[0].stats.summary()
 
 
 # -- choosing -------------------------------------------------------------------

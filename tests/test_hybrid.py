@@ -106,12 +106,14 @@ def test_hybrid_auto_uses_mtp_and_greedy_equals_plain_greedy(hybrid_model):
     rejection deeper than 3 must restore a checkpoint taken before the verify
     batch (it once went unnoticed and the next decode failed). A flat step
     cost makes auto verify whole proposals, so both kinds of rejection
-    happen; the output stays exactly plain greedy's.
+    happen; the output stays exactly plain greedy's. MTP drafts; its drafts
+    are seldom right on these prompts, so auto may drop it before one is
+    accepted (it costs more than it earns: decision 0062).
     """
     from spec_actor.nif import testing as nt
 
     rejected: list[int] = []
-    mtp_accepted = 0
+    mtp_drafted = 0
     with Session(hybrid_model, n_ctx=N_CTX, **CTX) as session, \
             Session(hybrid_model, n_ctx=N_CTX, spec="none", **CTX) as plain:
         nt.fix_step_cost_table(session._handle, [1000.0] * 33)
@@ -124,8 +126,8 @@ def test_hybrid_auto_uses_mtp_and_greedy_equals_plain_greedy(hybrid_model):
             steps = steps_of(events)
             assert sum(st.tokens for st in steps) == N
             rejected += [st.drafted - st.accepted for st in steps if st.drafted > st.accepted]
-            mtp_accepted += sum(d.accepted for d in result.stats.drafters if d.name == "draft-mtp")
-    assert mtp_accepted > 0, "auto never had an MTP draft accepted"
+            mtp_drafted += sum(d.drafted for d in result.stats.drafters if d.name == "draft-mtp")
+    assert mtp_drafted > 0, "auto never had MTP draft"
     assert any(r > 3 for r in rejected), f"no rejection deeper than the 3 snapshots: {rejected}"
     assert any(r <= 3 for r in rejected), f"no rejection the snapshots undo: {rejected}"
 

@@ -95,6 +95,13 @@ def auto_step_cost(handle: SessionHandle, n: int = 33) -> tuple[list[float], boo
     return [out[i] for i in range(n)], bool(cal[0]), scale[0]
 
 
+def auto_model_arm(handle: SessionHandle) -> tuple[int, bool]:
+    """(batches an auto session's model drafter processed, whether its arm is dropped now); between runs."""
+    n, dropped = ffi.new("uint64_t *"), ffi.new("int32_t *")
+    check(lib.sa_testing_auto_model_arm(handle, n, dropped), "auto model arm")
+    return n[0], bool(dropped[0])
+
+
 def expected_tokens(checked: list[tuple[int, int]], n_cap: int, *, later_floor: float = 0.0,
                     first_prior: float = 0.6) -> list[float]:
     """Expected tokens of a step drafting 0..n_cap tokens, from a fresh acceptance model after ``checked``.
