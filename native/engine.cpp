@@ -43,12 +43,25 @@ constexpr int32_t kMinPromptChunk = 16;
 // Decodes of at least this many tokens teach the time per token.
 constexpr int32_t kMinTimedBatch = 32;
 
+// Whether this step's prompts are cut to the latency target: a prompt
+// arrived while another sequence was already decoding (requests that
+// arrive together prefill at full speed, then decode together).
+bool cuts_prompts(const std::vector<Sequence *> & seqs) {
+    uint64_t oldest_decoder = UINT64_MAX, newest_prompt = 0;
+    for (const Sequence * q : seqs) {
+        if (q->ended() || !q->runnable()) continue;
+        if (q->decoding()) oldest_decoder = std::min(oldest_decoder, q->decoding_since());
+        else newest_prompt = std::max(newest_prompt, q->admitted_in());
+    }
+    return oldest_decoder < newest_prompt;
+}
+
 // How many tokens the step's batch may hold once its decoding sequences
-// (n_decode tokens) are in: with none, all of n_batch; else what fits the
+// (n_decode tokens) are in: all of n_batch, or, when cut, what fits the
 // session's prefill_step_ms at the measured time per token.
-int32_t step_capacity(const sa_session & s, int32_t n_batch, int32_t n_decode) {
+int32_t step_capacity(const sa_session & s, int32_t n_batch, int32_t n_decode, bool cut) {
     const Engine & e = *s.engine;
-    if (n_decode == 0 || s.prefill_step_ms <= 0) return n_batch;
+    if (!cut || n_decode == 0 || s.prefill_step_ms <= 0) return n_batch;
     const int32_t fit = e.us_per_token > 0 ? (int32_t) (s.prefill_step_ms * 1000.0 / e.us_per_token) : 4 * kMinPromptChunk;
     return std::min(n_batch, std::max(fit, n_decode + kMinPromptChunk));
 }
@@ -82,7 +95,7 @@ void step(sa_session & s, const std::vector<Sequence *> & seqs) {
     int32_t capacity = n_batch;
     for (const bool decoding : {true, false}) {
         // prompts take what the decoding sequences left, cut to the latency target
-        if (!decoding) capacity = step_capacity(s, n_batch, batch.size());
+        if (!decoding) capacity = step_capacity(s, n_batch, batch.size(), cuts_prompts(seqs));
         for (Sequence * q : seqs) {
             if (!visits(q, decoding)) continue;
             if (decoding) q->set_share(BatchShare{batch.size() + --n_after, e_before + n_after});
@@ -146,6 +159,7 @@ sa_status run_on_slot(sa_session & s, int32_t seq, const sa_run_params & p, comm
     if (slot.busy) return fail(SA_ERR_INVALID_ARG, "sequence " + std::to_string(seq) + " is already running a request");
     slot.busy = true;
     slot.pauses.store(0);  // a resume owed to an earlier request is void
+    q.admit(e.epoch);
     e.active.push_back(&q);
     e.cv.notify_all();
     // Leaves the engine as the next caller expects it, also when a step throws.

@@ -40,6 +40,11 @@ public:
     const llama_tokens & held() const { return prompt_tgt_; }  // tokens whose state its cells hold
     const int32_t * prefill_tokens() const { return p_.prompt; }
     int32_t n_prefill() const { return p_.n_prompt - 1; }  // the prompt tokens it prefills
+    // The engine step under way (Engine::epoch) when it was admitted, and
+    // the one it began decoding in.
+    void admit(uint64_t epoch) { admitted_in_ = epoch; }
+    uint64_t admitted_in() const { return admitted_in_; }
+    uint64_t decoding_since() const { return decoding_since_; }
     // Tokens it holds once this step's decode is done.
     int32_t reach() const { return std::max((int32_t) prompt_tgt_.size(), i_chunk1_); }
 
@@ -111,6 +116,7 @@ private:
     llama_pos last_pos_ = -1;  // the last position the target decoded
     bool cut_ = false;         // a decode was cancelled midway: a recurrent state is not trusted
     bool errored_ = false;     // an Error event ended the run
+    uint64_t admitted_in_ = 0, decoding_since_ = 0;  // Engine::epoch then
 
     // This step's part of the batch.
     int32_t i_chunk0_ = 0, i_chunk1_ = 0;  // prompt tokens [i_chunk0_, i_chunk1_) were added

@@ -137,8 +137,8 @@ typedef struct {
     int32_t flash_attn;      /* -1 auto, 0 off, 1 on */
     int32_t threads_budgeted;  /* 1: n_threads were defaults; share the CPUs with other such sessions while generating */
     int32_t n_seq;           /* sequences run together in one batch (0 or 1: one); n_ctx is per sequence */
-    int32_t prefill_step_ms; /* while other sequences decode, a step's prompt chunks are cut to take about
-                                this long, measured (0: no cut, prompts fill n_batch) */
+    int32_t prefill_step_ms; /* a prompt admitted while other sequences decode goes in chunks cut so a step
+                                takes about this long, measured (0: no cut, prompts fill n_batch) */
 } sa_context_params;
 
 typedef struct {

@@ -136,9 +136,10 @@ class Session:
     the sequences of one batch (`SessionSlot`, docs/decisions/0050). A
     prompt whose first tokens another sequence holds copies their cells
     instead of prefilling them (decision 0063; with the prefix cache on).
-    While other sequences decode, a step's prompt chunks are cut so the step
-    takes about ``prefill_step_ms`` (0: no cut), so a long prompt never
-    stalls the others for more than that.
+    A prompt that arrives while other sequences decode goes in chunks cut
+    so a step takes about ``prefill_step_ms`` (0: no cut), so it never
+    stalls their streams for more than that; prompts that arrive together
+    prefill at full speed and then decode together.
 
     Threads: with ``n_threads`` and ``n_threads_batch`` left None a run uses
     the CPUs the process may use, divided among the default-threaded
