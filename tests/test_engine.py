@@ -8,6 +8,7 @@ seconds.
 
 from __future__ import annotations
 
+import ctypes
 import os
 import random
 import threading
@@ -106,11 +107,33 @@ async def test_gemma_batch_equals_lone_runs_within_near_ties(gemma):
             assert_equal_within_a_near_tie(plain, prompts[i], got[i], expected[i])
 
 
-def _threads_fds_rss() -> tuple[int, int, int]:
-    """Live threads, open file descriptors, and resident memory in KiB."""
+def _threads_and_fds() -> tuple[int, int]:
+    return threading.active_count(), len(os.listdir("/proc/self/fd"))
+
+
+class _Mallinfo2(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in (
+        "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost")]
+
+
+def _rss() -> int:
+    """Resident memory in KiB."""
     with open("/proc/self/status", encoding="ascii") as status:
-        rss = next(int(line.split()[1]) for line in status if line.startswith("VmRSS:"))
-    return threading.active_count(), len(os.listdir("/proc/self/fd")), rss
+        return next(int(line.split()[1]) for line in status if line.startswith("VmRSS:"))
+
+
+def _heap_in_use() -> int:
+    """Bytes malloc has handed out and not had back (its arenas and mmapped blocks), in KiB.
+
+    Unlike resident memory, it does not count what the allocator keeps after
+    a free: in the full suite a freed 16 MiB ngram-mod table once stayed
+    resident in a worker thread's arena, which moved RSS by 16 MB and is no
+    leak.
+    """
+    libc = ctypes.CDLL(None)
+    libc.mallinfo2.restype = _Mallinfo2
+    info = libc.mallinfo2()
+    return (info.uordblks + info.hblkhd) // 1024
 
 
 ROUNDS = 200
@@ -124,6 +147,7 @@ async def test_cancelling_one_of_n_leaves_the_others_equal_to_their_lone_runs(ti
     expected = [_alone(tiny_target, "auto", p, max_tokens=N, temp=0.0) for p in prompts[:SIZE]]
     async with _open(tiny_target, "auto", SIZE, stream_buffer=1) as pool:
         warm = None
+        heap_by_round: list[int] = []
         rss_by_round: list[int] = []
         for round_ in range(ROUNDS):
             where = rng.choice(["queued", "prefill", "decode"])
@@ -155,19 +179,24 @@ async def test_cancelling_one_of_n_leaves_the_others_equal_to_their_lone_runs(ti
             for i in range(SIZE):
                 assert got[i] == expected[i], (round_, where, i, ends[i])
             if round_ == ROUNDS // 4:  # warmed up: allocators and caches at their working size
-                warm = _threads_fds_rss()
-            rss_by_round.append(_threads_fds_rss()[2])
-        threads, fds, _ = _threads_fds_rss()
+                warm = _threads_and_fds()
+            heap_by_round.append(_heap_in_use())
+            rss_by_round.append(_rss())
+        threads, fds = _threads_and_fds()
         # no leak over the rounds: the fds of the first, threads for at most
         # the actors' runs and trio's spare worker threads (or what trio's
-        # thread cache still held from an earlier test), and the floor of
-        # resident memory in the last quarter of the rounds within 8 MiB of
-        # that of the second (a leak raises the floor; a request's own
-        # buffers, such as ngram-mod's 16 MiB table, come and go)
+        # thread cache still held from an earlier test), and the floor of the
+        # heap in use in the last quarter of the rounds within 8 MiB of that
+        # of the second (a leak raises the floor; a request's own buffers,
+        # such as ngram-mod's 16 MiB table, come and go)
         assert fds == warm[1] and threads <= max(warm[0], 1 + SIZE + 2)
         quarter = ROUNDS // 4
-        early, late = min(rss_by_round[quarter:2 * quarter]), min(rss_by_round[-quarter:])
+        early, late = min(heap_by_round[quarter:2 * quarter]), min(heap_by_round[-quarter:])
         assert late - early < 8 * 1024, (early, late)
+        # and what the allocator keeps resident stays bounded too: within four
+        # ngram-mod tables (freed tables once kept 800 MB resident in 50 rounds)
+        early, late = min(rss_by_round[quarter:2 * quarter]), min(rss_by_round[-quarter:])
+        assert late - early < 64 * 1024, (early, late)
 
 
 async def test_a_reader_that_stops_pauses_only_its_own_sequence(tiny_target):  # noqa: F811
