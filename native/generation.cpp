@@ -122,7 +122,7 @@ bool Sequence::plan_prefill(common_batch & batch, int32_t room, const std::vecto
 }
 
 bool Sequence::share_prefill(const std::vector<Sequence *> & peers, int32_t n) {
-    if (!prefix_.enabled.load()) return true;
+    if (!prefix_.enabled.load() || !can_share_prefixes(s_)) return true;  // nothing to copy, so nothing to wait for
     const int32_t i0 = (int32_t) prompt_tgt_.size();
     if (const int32_t k = take_shared_prefix(s_, *this, peers, p_.prompt, i0, n); k > 0) {
         prompt_tgt_.insert(prompt_tgt_.end(), p_.prompt + i0, p_.prompt + i0 + k);

@@ -27,7 +27,7 @@ bool can_share_prefixes(const sa_session & s) {
 
 int32_t take_shared_prefix(sa_session & s, const Sequence & self, const std::vector<Sequence *> & peers,
                            const int32_t * want, int32_t n_have, int32_t n_max) {
-    if (n_have >= n_max || !can_share_prefixes(s)) return 0;
+    if (n_have >= n_max) return 0;
     llama_memory_t mem = llama_get_memory(s.ctx_tgt);
     const Slot * best = nullptr;
     int32_t n_best = n_have;

@@ -23,7 +23,7 @@ class Sequence;
 // context.
 bool can_share_prefixes(const sa_session & s);
 
-// Copies into self's sequence the longest run of want[n_have, n_max) that
+// Where can_share_prefixes(s): copies into self's sequence the longest run of want[n_have, n_max) that
 // another slot holds after the same tokens [0, n_have); returns how many
 // tokens it copied (0: none, or the copy was refused and undone).
 int32_t take_shared_prefix(sa_session & s, const Sequence & self, const std::vector<Sequence *> & peers,
