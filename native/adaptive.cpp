@@ -21,12 +21,22 @@ constexpr double kShapeWeight = 1.0;        // pseudo-observation of ratio 1 beh
 constexpr double kScaleDecay = 0.95;        // the calibrated table's scale follows the last ~20 steps
 constexpr double kScaleWeight = 1.0;        // pseudo-observation of scale 1 behind it
 
-// us_by_length[n], past its end the last difference going on.
+// How many of a table's last entries repeat past its end.
+constexpr size_t kRepeatedTail = 8;
+
+// us_by_length[n]; past its end, the table's last entries repeat, each time
+// rising by what they rose over: the CPU kernels' block shape (some batch
+// sizes cost less than smaller ones, decision 0065) goes on with the line,
+// where one last difference could be a block edge's jump or drop.
 double table_at(const std::vector<double> & table, int32_t n) {
     const size_t last = table.size() - 1;
     if ((size_t) n <= last) return table[(size_t) n];
-    const double step = last > 0 ? table[last] - table[last - 1] : 0.0;
-    return table[last] + step * (double) ((size_t) n - last);
+    const size_t m = std::min(kRepeatedTail, last);
+    if (m == 0) return table[last];
+    const size_t past = (size_t) n - last;
+    const size_t turns = (past + m - 1) / m;                 // whole repeats of the tail, the last one partial
+    const size_t at = last - m * turns + past;              // the entry n repeats
+    return table[at] + (table[last] - table[last - m]) * (double) turns;
 }
 }
 

@@ -69,7 +69,7 @@ public:
     void observe(int32_t n_verified, int64_t us);
     bool measured() const { return !fixed_.empty() || !table_.empty() || s_w_ > 0.0; }
     // Tests and benchmarks: a fixed cost, us_by_length[n] for a step verifying
-    // n drafted tokens (past its end, the last difference goes on), so that
+    // n drafted tokens (past its end, its last 8 entries repeat), so that
     // what the chooser does no longer depends on the machine's load.
     void fix(std::vector<double> us_by_length);
     bool fixed() const { return !fixed_.empty(); }

@@ -364,7 +364,7 @@ sa_status sa_testing_fix_step_cost(sa_session * session, double plain_us, double
                                    double per_token_us);
 /* Spec "auto" only: as sa_testing_fix_step_cost, with the cost of a step by
  * the number of drafted tokens it verifies, us_by_length[0..n-1] (past the
- * end, the last difference goes on). bench/bench_auto.py --fixed-cost prices
+ * end, its last 8 entries repeat, rising as they rose). bench/bench_auto.py --fixed-cost prices
  * every step with bench/bench_verify_cost.py's table this way. */
 sa_status sa_testing_fix_step_cost_table(sa_session * session, const double * us_by_length, int32_t n);
 /* The next llama_memory_seq_rm that a run of this session makes is refused,

@@ -18,19 +18,18 @@ namespace sa {
 
 namespace {
 
-// Lengths timed, most telling first: the plain step, the shortest and the
-// longest draft (the slope's baseline: a burst of load on one short length
-// then moves it little), the short ones that most steps verify (where the
-// CPU kernels' block shape shows most, decision 0029), then a spread; the
-// rest only while the budget lasts. kLongest stands for the longest length.
-constexpr int32_t kLongest = -1;
-constexpr int32_t kOrder[] = {0, 1, kLongest, 2, 3, 4, 8, 6, 16, 12, 24, 5, 7, 10, 14, 20, 28};
-constexpr int32_t kMaxLength = 32;     // longer drafts are priced by the table's last difference
+// Every draft length up to kMaxLength is timed once (the plain step, the
+// longest, then the rest in order), then again while the budget lasts: the
+// CPU kernels' block shape makes some batch sizes cheaper than smaller ones
+// (a batch of 8 tokens cost 0.8x one of 7 on a 2-core EPYC, decision 0065),
+// which no line through a few lengths shows. Longer drafts, and the batches
+// of many sequences, repeat the table's last entries (StepCost, table_at).
+constexpr int32_t kMaxLength = 15;
 constexpr int kReps = 3;               // timings per length at most (the least is taken)
-constexpr int64_t kBudgetUs = 400000;  // decoding time the measurement may take...
+constexpr int64_t kBudgetUs = 400000;  // decoding time the repeats may take...
 constexpr int64_t kBudgetSteps = 16;   // ...or this many plain steps, whichever is longer
-constexpr int64_t kBudgetMaxUs = 3000000;  // ...but never more than this, however slow the steps
-constexpr double kShapeClip = 1.5;     // a timed length's cost is at most this far off the line
+constexpr int64_t kBudgetMaxUs = 3000000;  // the first pass stops here, however slow the steps
+constexpr double kShapeClip = 1.5;     // a timed length's cost is at most this far above the line
 constexpr size_t kMaxEntries = 64;     // tables kept (the oldest goes first)
 
 struct Key {
@@ -78,12 +77,12 @@ double weighted_median(std::vector<std::pair<double, double>> v) {
 }
 
 // The table by length from the lengths timed. A length's cost is the least
-// of its timings (load only ever adds). Drafted lengths follow a robust line
+// of its timings (load only ever adds, so a timing below the line is the
+// kernels' shape, kept as it is). Drafted lengths follow a robust line
 // (Theil-Sen: the median slope of all pairs, each weighted by how far apart
-// its lengths are, so one slowed short length moves it little) times a ratio per timed length,
-// held within [1/kShapeClip, kShapeClip]: the kernels' block shape moves a
-// length by a third at most (decision 0029), a timing that a busy machine
-// slowed by more is not shape. Lengths not timed are priced by the line;
+// its lengths are, so one slowed short length moves it little); a timing
+// more than kShapeClip above it is held there (a busy machine slowed it).
+// Lengths not timed (the first pass ran out of time) are priced by the line;
 // the plain step (another kernel path) is its own timing, and bounds the
 // rest: no entry exceeds n + 1 plain steps.
 std::vector<double> fill_table(const std::vector<std::vector<int64_t>> & times) {
@@ -94,6 +93,7 @@ std::vector<double> fill_table(const std::vector<std::vector<int64_t>> & times) 
         ys.push_back((double) *std::min_element(times[n].begin(), times[n].end()));
     }
     const double plain = (double) *std::min_element(times[0].begin(), times[0].end());
+    if (xs.empty()) return std::vector<double>(times.size(), plain);  // only the plain step was timed
     std::vector<std::pair<double, double>> slopes, intercepts;
     for (size_t i = 0; i < xs.size(); ++i) {
         for (size_t j = i + 1; j < xs.size(); ++j) slopes.emplace_back((ys[j] - ys[i]) / (xs[j] - xs[i]), xs[j] - xs[i]);
@@ -106,7 +106,7 @@ std::vector<double> fill_table(const std::vector<std::vector<int64_t>> & times) 
     for (size_t n = 1; n < table.size(); ++n) table[n] = a + b * (double) n;
     for (size_t i = 0; i < xs.size(); ++i) {
         const size_t n = (size_t) xs[i];
-        table[n] *= std::clamp(ys[i] / table[n], 1.0 / kShapeClip, kShapeClip);
+        table[n] = std::min(ys[i], kShapeClip * table[n]);
     }
     // Verifying n drafted tokens in one batch costs no more than decoding
     // them one at a time: a dearer entry was slowed by load, and would price
@@ -134,14 +134,8 @@ std::vector<double> measure_step_cost(llama_context * ctx, int32_t n_max, int64_
         llama_memory_clear(mem, false);
         return ret == 0 ? dt : -1;
     };
-    std::vector<int32_t> order;
-    for (int32_t n : kOrder) {
-        n = n == kLongest ? n_max : n;
-        if (n <= n_max && std::find(order.begin(), order.end(), n) == order.end()) order.push_back(n);
-    }
-    for (int32_t n = 0; n <= n_max; ++n) {
-        if (std::find(order.begin(), order.end(), n) == order.end()) order.push_back(n);
-    }
+    std::vector<int32_t> order{0, n_max};
+    for (int32_t n = 1; n < n_max; ++n) order.push_back(n);
     std::vector<std::vector<int64_t>> times((size_t) n_max + 1);
     std::vector<double> table;
     if (time_step(0) < 0) return table;  // warm-up: the context's first decode allocates
@@ -149,17 +143,14 @@ std::vector<double> measure_step_cost(llama_context * ctx, int32_t n_max, int64_
     for (int rep = 0; rep < kReps; ++rep) {
         for (int32_t n : order) {
             if (cancel.load(std::memory_order_relaxed)) return table;
-            if (!times[0].empty()) {
-                // a length not timed yet is guessed from the line through
-                // the plain step and the longest one timed
-                const double t0 = (double) *std::min_element(times[0].begin(), times[0].end());
+            const double spent = (double) (ggml_time_us() - t_start);
+            if (spent > (double) kBudgetMaxUs) break;
+            if (times[(size_t) n].empty() != (rep == 0)) continue;  // a repeat of a length timed in the first pass
+            if (rep > 0) {
+                // a repeat only within the budget, guessed from its first timing
+                const double t0 = (double) times[0].front();
                 const double budget = std::clamp(t0 * kBudgetSteps, (double) budget_us, (double) kBudgetMaxUs);
-                int32_t far = 0;
-                for (int32_t k = 0; k <= n_max; ++k) if (!times[(size_t) k].empty()) far = k;
-                const double tf = (double) times[(size_t) far].front();
-                const double guess = times[(size_t) n].empty() ? t0 + (far > 0 ? (tf - t0) / far : 0.5 * t0) * n
-                                                               : (double) times[(size_t) n].back();
-                if ((double) (ggml_time_us() - t_start) + guess > budget && n > 1) continue;
+                if (spent + (double) times[(size_t) n].front() > budget) continue;
             }
             const int64_t dt = time_step(n);
             if (dt < 0) return table;

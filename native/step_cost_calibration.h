@@ -27,9 +27,9 @@ class Drafter;
 void calibrate_step_cost(sa_session & s, Drafter * drafter);
 
 // Times verification batches on ctx (empty on entry and on return): the
-// cost in us of a step verifying n drafted tokens for n = 0..n_max, from
-// about budget_us of timing (or 16 plain steps, at most 3 s); lengths not
-// timed are priced by a line through the others. Empty when cancelled or a
+// cost in us of a step verifying n drafted tokens for n = 0..n_max, each
+// length timed once (at most 3 s), then again within about budget_us (or 16
+// plain steps); lengths not timed are priced by a line through the others. Empty when cancelled or a
 // decode failed.
 std::vector<double> measure_step_cost(llama_context * ctx, int32_t n_max, int64_t budget_us,
                                       const std::atomic<bool> & cancel);

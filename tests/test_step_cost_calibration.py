@@ -96,7 +96,7 @@ def test_the_measured_table_is_positive_and_rises_with_the_draft(tiny_paths):
 
 
 def test_the_steps_only_scale_the_table():
-    query = list(range(len(TABLE) + 4))  # past the table too (its last difference goes on)
+    query = list(range(len(TABLE) + 4))  # past the table too (its last entries repeat)
     unscaled = nt.step_cost([], query, calibrated=TABLE)
     assert unscaled[: len(TABLE)] == pytest.approx(TABLE)
     # a machine twice as slow, seen at a few lengths only
@@ -106,6 +106,30 @@ def test_the_steps_only_scale_the_table():
     for n in query:  # every length, seen or not, keeps its ratio to the others
         assert predicted[n] / predicted[0] == pytest.approx(unscaled[n] / unscaled[0], rel=1e-9), n
     assert predicted[2] > predicted[3]  # the shape a line would lose
+
+
+def test_past_its_end_the_table_repeats_its_last_entries_rising_with_them():
+    """A batch of many sequences is priced past the measured lengths: the kernels' block shape goes on.
+
+    The shape of a 2-core EPYC (decision 0065): every fourth batch size is
+    cheaper than the one before it. Expected values are worked out here from
+    the rule (the last 8 entries repeat, each repeat rising by what the table
+    rose over those 8), not read back from the native code.
+    """
+    shaped = [13.0, 27.0, 36.0, 40.0, 59.0, 58.0, 68.0, 54.0, 68.0, 67.0, 70.0, 56.0, 74.0, 91.0, 107.0, 83.0]
+    last, rise = len(shaped) - 1, shaped[-1] - shaped[-9]
+    query = list(range(len(shaped) + 20))
+    predicted = nt.step_cost([], query, calibrated=shaped)
+    expected = list(shaped)
+    for n in range(len(shaped), len(query)):
+        expected.append(expected[n - 8] + rise)
+    assert predicted == pytest.approx(expected)
+    for n in (19, 23, 27, 31, 35):  # batch sizes 20, 24, ...: each cheaper than the one before, as measured
+        assert predicted[n] < predicted[n - 1]
+    assert predicted[last + 8] == pytest.approx(shaped[last] + rise)
+    # a linear table stays the line it is
+    line = [1000.0 + 100.0 * n for n in range(12)]
+    assert nt.step_cost([], [30, 40], calibrated=line) == pytest.approx([4000.0, 5000.0])
 
 
 def test_a_single_slow_step_moves_the_scale_little():
