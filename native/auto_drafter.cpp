@@ -133,6 +133,8 @@ void AutoDrafter::begin(const RunStart & start) {
     pending_ = false;
     process_us_ = 0;  // the prompt's batches (after a run that ended mid-step) are not a step's
     chosen_ = 0;
+    offered_ = nullptr;  // make_arms() may have replaced the arms
+    adjustable_ = false;
     last_n_ = 0;
 }
 
@@ -180,6 +182,8 @@ void AutoDrafter::propose_from_memory(int32_t n_max) {
 void AutoDrafter::draft(const DraftInput & in, llama_tokens & draft) {
     draft.clear();
     chosen_ = 0;
+    offered_ = nullptr;
+    adjustable_ = false;
     last_n_ = 0;
     expected_ = 1.0;
     alt_rate_ = 0;
@@ -211,7 +215,8 @@ void AutoDrafter::draft(const DraftInput & in, llama_tokens & draft) {
     const double best_rate = choice.length.rate;
     Arm * best = choice.offer >= 0 ? offered[(size_t) choice.offer] : nullptr;
     int32_t best_n = choice.length.n;
-    if (steps_ % kExploreEvery == 0) explore(best, best_n);
+    const bool explores = steps_ % kExploreEvery == 0;
+    if (explores) explore(best, best_n);
 
     if (model_ != nullptr && !dropped_) {
         const int32_t n_m = std::min(model_n_max_, n_max);
@@ -246,14 +251,27 @@ void AutoDrafter::draft(const DraftInput & in, llama_tokens & draft) {
         }
     }
     warm_ = false;
-    if (best != nullptr) {
-        draft.assign(best->proposal.begin(), best->proposal.begin() + best_n);
-        chosen_ = best->id;
-        last_n_ = best_n;
-        expected_ = expected_at(best->expected, best_n);
+    offered_ = best;
+    if (best != nullptr) resize(best_n, draft);
+    adjustable_ = !explores;
+    // after a plain choice, the proposal whose first token is likeliest accepted
+    for (size_t i = 0; adjustable_ && best == nullptr && i < offered.size(); ++i) {
+        if (offered_ == nullptr || offered[i]->expected[1] > offered_->expected[1]) offered_ = offered[i];
     }
 }
-
+bool AutoDrafter::offer(DraftOption & out) const {
+    if (!adjustable_ || offered_ == nullptr) return false;
+    out = {&offered_->expected, (int32_t) offered_->proposal.size()};
+    return true;
+}
+void AutoDrafter::resize(int32_t n, llama_tokens & draft) {
+    n = offered_ == nullptr ? 0 : std::clamp(n, 0, (int32_t) offered_->proposal.size());
+    draft.clear();
+    if (n > 0) draft.assign(offered_->proposal.begin(), offered_->proposal.begin() + n);
+    chosen_ = n > 0 ? offered_->id : 0;
+    last_n_ = n;
+    expected_ = n > 0 ? expected_at(offered_->expected, n) : 1.0;
+}
 void AutoDrafter::explore(Arm *& best, int32_t & best_n) {
     if (best != nullptr) {
         // a token past the best length, so later positions keep being measured

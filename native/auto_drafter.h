@@ -63,6 +63,12 @@ public:
     bool process(const common_batch & batch) override;
     void observe(const StepOutcome & out) override;
 
+    // The chosen cheap arm's proposal, or, after a plain choice, the one whose
+    // first token is likeliest accepted; none after a model or exploring draft.
+    bool offer(DraftOption & out) const override;
+    void resize(int32_t n, llama_tokens & draft) override;
+    const StepCost * step_cost() const override { return &verify_; }
+
     int32_t last_drafter() const override { return chosen_; }
     int32_t n_draft_in_use() const override { return last_n_; }
     double expected_tokens() const override { return expected_; }
@@ -83,7 +89,6 @@ public:
         verify_.calibrate(*calibration_);
     }
     const std::shared_ptr<const std::vector<double>> & step_cost_table() const { return calibration_; }
-    const StepCost & step_cost() const { return verify_; }
 
 
 private:
@@ -147,6 +152,8 @@ private:
     uint64_t last_model_step_ = 0;
     uint64_t model_explore_every_ = 32;  // kModelExploreEvery at first: steps between the model drafter's exploring drafts
     int32_t chosen_ = 0;
+    Arm * offered_ = nullptr;  // the last draft's arm, as resize() cuts it (null: none)
+    bool adjustable_ = false;  // offer() describes offered_ (not after a model or exploring draft)
     int32_t last_n_ = 0;  // length of the last draft
     double expected_ = 1.0;  // tokens the last draft's step is expected to make
     bool model_drafted_ = false;  // the model drafter has drafted once (it may accept)

@@ -5,6 +5,7 @@
 #pragma once
 
 #include "adaptive.h"
+#include "draft_allocation.h"
 
 #include "common.h"
 #include "speculative.h"
@@ -61,6 +62,15 @@ public:
     // The tokens the last draft's step is expected to make (1 + its expected
     // accepted): the share a batched step's later sequences are priced with.
     virtual double expected_tokens() const { return 1.0; }
+    // The last draft as a batched step may cut or extend it (draft_allocation.h):
+    // the proposal's expected tokens by length, out.expected[0..out.n_max].
+    // false: its length stays as drafted (a fixed type, a model drafter, a
+    // draft that explores). Valid until the next draft().
+    virtual bool offer(DraftOption & out) const { (void) out; return false; }
+    // Sets the last draft to the first n tokens of what offer() described.
+    virtual void resize(int32_t n, llama_tokens & draft) { (void) n; (void) draft; }
+    // The cost model its lengths are priced with (null: none).
+    virtual const StepCost * step_cost() const { return nullptr; }
     // Whether the drafter brings its own context up to the target's before
     // it drafts, so that context may lag behind (auto's draft model).
     virtual bool catches_up() const { return false; }

@@ -1,5 +1,6 @@
 #include "engine.h"
 #include "auto_drafter.h"
+#include "draft_allocation.h"
 #include "generation.h"
 #include "session.h"
 
@@ -76,9 +77,39 @@ bool any_runnable(const Engine & e) {
     return std::any_of(e.active.begin(), e.active.end(), [](const Sequence * q) { return !q->ended() && q->runnable(); });
 }
 
-// One step for the sequences given: each plans its part of one batch (those
-// already decoding first, so a prompt never crowds out a verification), one
-// decode, each takes its outputs. Run by the thread holding Engine::stepping.
+// The drafts of the step's decoding sequences, chosen together: every
+// sequence whose drafter offers a proposal has its draft cut or extended
+// along it to the lengths that make the decode's expected tokens per
+// microsecond highest (draft_allocation.h, docs/decisions/0066). Alone, or
+// with prompts in the step (whose chunks take what the drafts leave), each
+// keeps the length its own chooser priced.
+void allocate_step_drafts(const std::vector<Sequence *> & drafting, int32_t capacity) {
+    if (drafting.size() < 2) return;
+    std::vector<DraftOption> options;
+    std::vector<Sequence *> adjusted;
+    const StepCost * cost = nullptr;
+    int32_t n_fixed = 0;
+    double e_fixed = 0;
+    for (Sequence * q : drafting) {
+        DraftOption o{};
+        if (q->offer(o) && (cost != nullptr || (cost = q->step_cost()) != nullptr)) {
+            options.push_back(o);
+            adjusted.push_back(q);
+            n_fixed += 1;
+        } else {
+            n_fixed += q->n_verify_tokens();
+            e_fixed += q->expected_tokens();
+        }
+    }
+    if (options.empty() || cost == nullptr || !cost->measured()) return;
+    const std::vector<int32_t> lengths = allocate_drafts(options, n_fixed, e_fixed, *cost, capacity);
+    for (size_t i = 0; i < adjusted.size(); ++i) adjusted[i]->resize_draft(lengths[i]);
+}
+
+// One step for the sequences given: those already decoding draft first (so
+// a prompt never crowds out a verification), their drafts are chosen
+// together, then prompts take what is left; one decode, each takes its
+// outputs. Run by the thread holding Engine::stepping.
 void step(sa_session & s, const std::vector<Sequence *> & seqs) {
     Engine & e = *s.engine;
     if (!e.threads) e.threads.emplace(s.threads, s.ctx_tgt, s.ctx_dft);
@@ -86,22 +117,32 @@ void step(sa_session & s, const std::vector<Sequence *> & seqs) {
     common_batch & batch = e.batch;
     batch.clear();
     const int32_t n_batch = (int32_t) llama_n_batch(s.ctx_tgt);
-    std::vector<Sequence *> in;
+    auto visits = [](const Sequence * q, bool decoding) { return !q->ended() && q->runnable() && q->decoding() == decoding; };
     // Each decoding sequence drafts knowing what the ones before it put into
     // the batch and that each one after it adds at least a token (its share).
-    auto visits = [](const Sequence * q, bool decoding) { return !q->ended() && q->runnable() && q->decoding() == decoding; };
     int32_t n_after = (int32_t) std::count_if(seqs.begin(), seqs.end(), [&](const Sequence * q) { return visits(q, true); });
+    const bool prompts = std::any_of(seqs.begin(), seqs.end(), [&](const Sequence * q) { return visits(q, false); });
+    std::vector<Sequence *> drafting;
+    int32_t used = 0;
     double e_before = 0;
-    int32_t capacity = n_batch;
-    for (const bool decoding : {true, false}) {
-        // prompts take what the decoding sequences left, cut to the latency target
-        if (!decoding) capacity = step_capacity(s, n_batch, batch.size(), cuts_prompts(seqs));
-        for (Sequence * q : seqs) {
-            if (!visits(q, decoding)) continue;
-            if (decoding) q->set_share(BatchShare{batch.size() + --n_after, e_before + n_after});
-            if (q->plan(batch, capacity - batch.size(), seqs) > 0) in.push_back(q);
-            if (decoding) e_before += q->expected_tokens();
-        }
+    for (Sequence * q : seqs) {
+        if (!visits(q, true)) continue;
+        q->set_share(BatchShare{used + --n_after, e_before + n_after});
+        if (!q->draft_for_step(n_batch - used)) continue;
+        drafting.push_back(q);
+        used += q->n_verify_tokens();
+        e_before += q->expected_tokens();
+    }
+    if (!prompts) allocate_step_drafts(drafting, n_batch);
+    std::vector<Sequence *> in;
+    for (Sequence * q : drafting) {
+        if (q->add_verify(batch)) in.push_back(q);
+    }
+    // prompts take what the decoding sequences left, cut to the latency target
+    const int32_t capacity = step_capacity(s, n_batch, batch.size(), cuts_prompts(seqs));
+    for (Sequence * q : seqs) {
+        if (!visits(q, false)) continue;
+        if (q->plan(batch, capacity - batch.size(), seqs) > 0) in.push_back(q);
     }
     if (in.empty()) return;
     e.sole.store(in.size() == 1 ? in[0]->slot().seq : -1);

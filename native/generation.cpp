@@ -81,10 +81,15 @@ void Sequence::keep_prefix(sa_status st) {
 }
 
 
-int32_t Sequence::plan(common_batch & batch, int32_t room, const std::vector<Sequence *> & peers) {
+void Sequence::reset_step() {
     i_chunk0_ = i_chunk1_ = 0;
     i_verify_ = -1;
     t_draft_us_ = t_checkpoint_us_ = 0;
+    verify_planned_ = drafted_now_ = false;
+}
+
+int32_t Sequence::plan(common_batch & batch, int32_t room, const std::vector<Sequence *> & peers) {
+    reset_step();
     if (ended_) return 0;
     if (phase_ == Phase::Start) start();
     if (cancelled()) {
@@ -97,8 +102,18 @@ int32_t Sequence::plan(common_batch & batch, int32_t room, const std::vector<Seq
         if (!plan_prefill(batch, room, peers) || i_chunk1_ > i_chunk0_) return batch.size() - n0;
         begin_decoding();
     }
-    plan_verify(batch, room - (batch.size() - n0));
+    if (prepare_verify(room - (batch.size() - n0))) add_verify(batch);
     return batch.size() - n0;
+}
+
+bool Sequence::draft_for_step(int32_t room) {
+    reset_step();
+    if (ended_) return false;
+    if (cancelled()) {
+        finish(SA_CANCELLED);
+        return false;
+    }
+    return prepare_verify(room);
 }
 
 bool Sequence::plan_prefill(common_batch & batch, int32_t room, const std::vector<Sequence *> & peers) {
@@ -141,13 +156,41 @@ void Sequence::begin_decoding() {
     phase_ = Phase::Decode;
 }
 
-void Sequence::plan_verify(common_batch & batch, int32_t room) {
-    if (room <= 0) return;
-    if (draft_.empty() && !draft_step(room)) return;
-    if ((int32_t) draft_.size() + 1 > room) return;  // a re-verification waits for a step with room
+bool Sequence::prepare_verify(int32_t room) {
+    if (room <= 0) return false;
+    if (draft_.empty()) {
+        if (!draft_step(room)) return false;
+        drafted_now_ = true;
+    }
+    if ((int32_t) draft_.size() + 1 > room) return false;  // a re-verification waits for a step with room
+    verify_planned_ = true;
+    return true;
+}
+
+bool Sequence::offer(DraftOption & out) const {
+    return verify_planned_ && drafted_now_ && drafter_ != nullptr && drafter_->offer(out);
+}
+
+void Sequence::resize_draft(int32_t n) {
+    drafter_->resize(n, draft_);
+    if (const int32_t in_use = drafter_->n_draft_in_use(); in_use >= 0) stats_.set_n_draft(in_use);
+}
+
+bool Sequence::add_verify(common_batch & batch) {
+    if (!verify_planned_) return false;
+    if (drafted_now_ && !draft_.empty() && needs_checkpoint((int32_t) draft_.size())) {
+        const int64_t t_save = ggml_time_us();
+        if (!rb_.tgt.save(s_.ctx_tgt, seq_)) {
+            verify_planned_ = false;
+            return rollback_failed("saving the target's state before verifying"), false;
+        }
+        rb_.has_tgt = true;
+        t_checkpoint_us_ = ggml_time_us() - t_save;
+    }
     i_verify_ = batch.add(id_last_, n_past_, seq_, true);
     for (size_t i = 0; i < draft_.size(); ++i) batch.add(draft_[i], n_past_ + 1 + (int32_t) i, seq_, true);
     last_pos_ = n_past_ + (int32_t) draft_.size();
+    return true;
 }
 
 bool Sequence::trim(llama_memory_t mem, llama_pos p0) {
@@ -176,12 +219,6 @@ bool Sequence::draft_step(int32_t room) {
     t_draft_us_ = ggml_time_us() - t0;
     stats_.add(&Counters::t_draft_us, t_draft_us_);
     if (const int32_t n = drafter_->n_draft_in_use(); n >= 0) stats_.set_n_draft(n);
-    if (!draft_.empty() && needs_checkpoint((int32_t) draft_.size())) {
-        const int64_t t_save = ggml_time_us();
-        if (!rb_.tgt.save(s_.ctx_tgt, seq_)) return rollback_failed("saving the target's state before verifying"), false;
-        rb_.has_tgt = true;
-        t_checkpoint_us_ = ggml_time_us() - t_save;
-    }
     if (s_.ctx_dft) {
         if (s_.use_ckpt_dft && !rb_.dft.restore(s_.ctx_dft, seq_)) return rollback_failed("restoring the draft context's state"), false;
         if (mem_dft_ && !trim(mem_dft_, rb_.pos_max + 1)) return rollback_failed("the draft context refused llama_memory_seq_rm"), false;
@@ -268,7 +305,7 @@ void Sequence::complete(const common_batch & batch, int64_t t_us) {
 }
 
 double Sequence::expected_tokens() const {
-    if (i_verify_ < 0) return 0.0;
+    if (!verify_planned_) return 0.0;
     return drafter_ && !draft_.empty() ? drafter_->expected_tokens() : 1.0;
 }
 

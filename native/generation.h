@@ -54,6 +54,18 @@ public:
     // (this one among them), whose prompt cells it may share. Returns the
     // tokens added.
     int32_t plan(common_batch & batch, int32_t room, const std::vector<Sequence *> & peers);
+    // A step whose decoding sequences' drafts are chosen together (engine.cpp):
+    // draft_for_step drafts (at most room tokens in all, as plan() would);
+    // false: it verifies nothing this step (ended, cancelled, or a
+    // re-verification that waits for room). Then, optionally, the step cuts or
+    // extends the draft along what offer() describes (resize_draft), and
+    // add_verify puts [last, drafts...] into batch (false: the request ended).
+    bool draft_for_step(int32_t room);
+    bool offer(DraftOption & out) const;
+    const StepCost * step_cost() const { return drafter_ ? drafter_->step_cost() : nullptr; }
+    void resize_draft(int32_t n);
+    int32_t n_verify_tokens() const { return verify_planned_ ? (int32_t) draft_.size() + 1 : 0; }
+    bool add_verify(common_batch & batch);
     // After a decode that held this sequence's tokens; t_us: the decode's time.
     void complete(const common_batch & batch, int64_t t_us);
     // Before plan(): what the step's other decoding sequences put into its
@@ -121,6 +133,8 @@ private:
     // This step's part of the batch.
     int32_t i_chunk0_ = 0, i_chunk1_ = 0;  // prompt tokens [i_chunk0_, i_chunk1_) were added
     int32_t i_verify_ = -1;                // batch index of [last, drafts...]; -1: none this step
+    bool verify_planned_ = false;          // [last, drafts...] goes into this step's batch
+    bool drafted_now_ = false;             // draft_ was drafted this step (not a re-verification)
     int64_t t_draft_us_ = 0;               // drafting time of this step
     int64_t t_checkpoint_us_ = 0;          // saving the target's state before verifying
     BatchShare share_;                     // the other sequences' part of this step's decode
@@ -133,7 +147,9 @@ private:
     // Copies what another slot holds of the prompt beyond prompt_tgt_;
     // false: it should wait for a sequence prefilling the same tokens.
     bool share_prefill(const std::vector<Sequence *> & peers, int32_t n);
-    void plan_verify(common_batch & batch, int32_t room);
+    void reset_step();
+    // Drafts (or keeps a re-verification) for this step; true: it verifies.
+    bool prepare_verify(int32_t room);
     // Drafts into draft_ (and saves the rollback point); false: the request ended.
     bool draft_step(int32_t room);
     // n_others: tokens of other sequences in the decode.

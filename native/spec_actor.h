@@ -382,6 +382,16 @@ sa_status sa_testing_refuse_next_seq_rm(sa_session * session);
 sa_status sa_testing_choose_offer(const double * expected, const int32_t * n_max, int32_t n_offers, int32_t stride,
                                   const double * us_by_length, int32_t n_cost, double draft_us, double sample_us,
                                   int32_t n_others, double e_others, int32_t * offer, int32_t * n);
+/* A batched step's joint draft lengths alone (docs/decisions/0066): option
+ * i's expected tokens by length are expected[i * stride + 0..n_max[i]]; the
+ * step's cost is fixed as us_by_length (by drafted tokens: a decode of T
+ * tokens costs entry T - 1, as sa_testing_fix_step_cost_table); n_fixed
+ * tokens expected to make e_fixed do not depend on the choice (each
+ * option's sampled token counts in n_fixed, its expected[0] apart from
+ * e_fixed); at most n_total tokens in all. lengths[i]: option i's draft. */
+sa_status sa_testing_allocate_drafts(const double * expected, const int32_t * n_max, int32_t n_options, int32_t stride,
+                                     const double * us_by_length, int32_t n_cost, int32_t n_fixed, double e_fixed,
+                                     int32_t n_total, int32_t * lengths);
 /* Feeds a fresh step-cost model (what "auto" and n_draft="auto" price draft
  * lengths with) count observed steps, (n_verified[i] drafted tokens, us[i]
  * microseconds) in order, then stores its predicted cost of a step verifying

@@ -3,6 +3,7 @@
 // spec_actor.h.
 #include "adaptive.h"
 #include "auto_drafter.h"
+#include "draft_allocation.h"
 #include "session.h"
 #include "step_cost_calibration.h"
 
@@ -108,6 +109,22 @@ extern "C" sa_status sa_testing_refuse_next_seq_rm(sa_session * s) {
     return SA_OK;
 }
 
+namespace {
+
+// The rows of a flat count x stride table, row i its first n_max[i] + 1
+// entries; false when an n_max is outside [lo, stride).
+bool table_rows(const double * flat, const int32_t * n_max, int32_t count, int32_t stride, int32_t lo,
+                std::vector<std::vector<double>> & rows) {
+    rows.assign((size_t) count, {});
+    for (int32_t i = 0; i < count; ++i) {
+        if (n_max[i] < lo || n_max[i] >= stride) return false;
+        rows[(size_t) i].assign(flat + (size_t) i * stride, flat + (size_t) i * stride + n_max[i] + 1);
+    }
+    return true;
+}
+
+}  // namespace
+
 extern "C" sa_status sa_testing_choose_offer(const double * expected, const int32_t * n_max, int32_t n_offers,
                                              int32_t stride, const double * us_by_length, int32_t n_cost,
                                              double draft_us, double sample_us, int32_t n_others, double e_others,
@@ -117,18 +134,37 @@ extern "C" sa_status sa_testing_choose_offer(const double * expected, const int3
         n_cost > SA_MAX_DRAFT_POS + 1 || n_others < 0 || n_others > 1 << 20 || !(e_others >= 0)) {
         return fail(SA_ERR_INVALID_ARG, "sa_testing_choose_offer: null argument or a size out of range");
     }
-    std::vector<std::vector<double>> tables((size_t) n_offers);
+    std::vector<std::vector<double>> tables;
+    if (!table_rows(expected, n_max, n_offers, stride, 1, tables)) return fail(SA_ERR_INVALID_ARG, "sa_testing_choose_offer: n_max out of range");
     std::vector<Offer> offers;
-    for (int32_t i = 0; i < n_offers; ++i) {
-        if (n_max[i] < 1 || n_max[i] >= stride) return fail(SA_ERR_INVALID_ARG, "sa_testing_choose_offer: n_max out of range");
-        tables[(size_t) i].assign(expected + (size_t) i * stride, expected + (size_t) i * stride + n_max[i] + 1);
-        offers.push_back({&tables[(size_t) i], n_max[i]});
-    }
+    for (int32_t i = 0; i < n_offers; ++i) offers.push_back({&tables[(size_t) i], n_max[i]});
     StepCost cost;
     cost.fix(std::vector<double>(us_by_length, us_by_length + n_cost));
     const OfferChoice choice = choose_offer(offers, cost, draft_us, sample_us, BatchShare{n_others, e_others});
     *offer = choice.offer;
     *n = choice.length.n;
+    return SA_OK;
+}
+
+extern "C" sa_status sa_testing_allocate_drafts(const double * expected, const int32_t * n_max, int32_t n_options,
+                                                int32_t stride, const double * us_by_length, int32_t n_cost,
+                                                int32_t n_fixed, double e_fixed, int32_t n_total, int32_t * lengths) {
+    if (expected == nullptr || n_max == nullptr || us_by_length == nullptr || lengths == nullptr || n_options < 0 ||
+        n_options > 64 || stride < 1 || stride > SA_MAX_DRAFT_POS + 1 || n_cost < 1 || n_cost > 4096 ||
+        n_fixed < 0 || n_total < 0 || n_total > 1 << 20 || !(e_fixed >= 0)) {
+        return fail(SA_ERR_INVALID_ARG, "sa_testing_allocate_drafts: null argument or a size out of range");
+    }
+    for (int32_t i = 0; i < n_cost; ++i) {
+        if (!(us_by_length[i] > 0)) return fail(SA_ERR_INVALID_ARG, "sa_testing_allocate_drafts: costs must be positive");
+    }
+    std::vector<std::vector<double>> tables;
+    if (!table_rows(expected, n_max, n_options, stride, 0, tables)) return fail(SA_ERR_INVALID_ARG, "sa_testing_allocate_drafts: n_max out of range");
+    std::vector<DraftOption> options;
+    for (int32_t i = 0; i < n_options; ++i) options.push_back({&tables[(size_t) i], n_max[i]});
+    StepCost cost;
+    cost.fix(std::vector<double>(us_by_length, us_by_length + n_cost));
+    const std::vector<int32_t> out = allocate_drafts(options, n_fixed, e_fixed, cost, n_total);
+    std::copy(out.begin(), out.end(), lengths);
     return SA_OK;
 }
 
@@ -224,7 +260,7 @@ extern "C" sa_status sa_testing_auto_step_cost(const sa_session * s, double * ou
     }
     const auto * autod = dynamic_cast<const AutoDrafter *>(s->drafter.get());
     if (autod == nullptr) return fail(SA_ERR_INVALID_ARG, "sa_testing_auto_step_cost: the session's spec is not auto");
-    const StepCost & cost = autod->step_cost();
+    const StepCost & cost = *autod->step_cost();
     for (int32_t n = 0; n < n_out; ++n) out[n] = cost.at(n);
     *calibrated = cost.calibrated() && !cost.fixed() ? 1 : 0;
     *scale = cost.scale();

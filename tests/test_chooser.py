@@ -8,6 +8,11 @@ a longer or later choice winning only by more than a ten-thousandth.
 
 from __future__ import annotations
 
+import itertools
+import random
+
+import pytest
+
 from spec_actor.nif import testing as nt
 
 # cost of a step verifying 0..4 drafted tokens (us); past the end the last difference goes on
@@ -63,3 +68,72 @@ def test_a_draft_in_a_batched_step_is_priced_by_the_step_it_joins():
     assert nt.choose_offer([weak], cost) == (0, 1)
     # beside 15 tokens expected to make 15: plain 16/1750 = .009143 beats 16.3/1800 = .009056
     assert nt.choose_offer([weak], cost, n_others=15, e_others=15.0) == (-1, 0)
+
+
+def _best_by_enumeration(expected, cost, n_fixed, e_fixed, n_total):
+    """The best rate of any combination of draft lengths (the oracle), and a combination that reaches it."""
+    rated = [(_rate(expected, cost, n_fixed, e_fixed, lengths), list(lengths))
+             for lengths in itertools.product(*(range(len(e)) for e in expected))
+             if n_fixed + sum(lengths) <= n_total]
+    best_rate, best = max(rated, key=lambda r: r[0])
+    return best, best_rate
+
+
+def _rate(expected, cost, n_fixed, e_fixed, lengths):
+    t = n_fixed + sum(lengths)
+    return (e_fixed + sum(e[n] for e, n in zip(expected, lengths))) / cost[t - 1]
+
+
+def test_a_batched_step_spends_its_drafts_where_they_are_likeliest_accepted():
+    """Three sequences, one step: the strong proposal gets the tokens, the weak one none (decision 0066)."""
+    cost = [1000.0 + 100.0 * k for k in range(40)]  # a decode of T tokens: 1000 + 100 (T - 1)
+    strong = [1.0, 1.9, 2.71, 3.439]      # p = .9 at every position
+    middling = [1.0, 1.5, 1.75]          # .5, then .25
+    weak = [1.0, 1.1, 1.11]              # .1, then .01
+    lengths = nt.allocate_drafts([strong, middling, weak], cost, n_fixed=3)
+    # By hand: 3 tokens make 3 at 1200 (.002500). The gains in order are
+    # .9, .81, .729 (strong), .5 (middling), .25, .1, .01. Adding them one by
+    # one: 3.9/1300 = .003000, 4.71/1400 = .003364, 5.439/1500 = .003626,
+    # 5.939/1600 = .003712, 6.189/1700 = .003641: the best is 4 draft tokens.
+    assert lengths == [3, 1, 0]
+    assert lengths == _best_by_enumeration([strong, middling, weak], cost, 3, 0.0, 1 << 16)[0]
+
+
+def test_the_joint_lengths_land_the_step_on_a_cheaper_batch_size():
+    """With the kernels' block shape (decision 0065) a fourth token can make the step cheaper, not dearer."""
+    # T:  1     2     3     4     5     6     7     8     9
+    cost = [13.0, 27.0, 36.0, 40.0, 59.0, 58.0, 68.0, 54.0, 68.0, 67.0, 70.0, 56.0]
+    faint = [1.0, 1.05]  # a proposal nobody would verify alone: 1.05/27 < 1/13
+    seven = [[1.0, 1.05] for _ in range(7)]
+    lengths = nt.allocate_drafts(seven, cost, n_fixed=7)
+    # 7 tokens cost 68, 8 cost 54: one faint draft token makes the step cheaper
+    assert sum(lengths) == 1
+    assert _rate(seven, cost, 7, 0.0, lengths) > _rate(seven, cost, 7, 0.0, [0] * 7)
+    assert nt.allocate_drafts([faint], cost, n_fixed=1) == [0]
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_the_joint_lengths_are_the_best_of_every_combination(seed):
+    """Against enumeration on random proposals and random non-linear costs: the same best rate."""
+    rng = random.Random(seed)
+    options = []
+    for _ in range(rng.randint(1, 4)):
+        expected, run, e = [1.0], 1.0, 1.0
+        for _ in range(rng.randint(0, 4)):
+            run *= rng.uniform(0.05, 1.0)
+            e += run
+            expected.append(e)
+        options.append(expected)
+    others = rng.randint(0, 5)
+    n_fixed = len(options) + others
+    e_fixed = float(others)
+    n_total = rng.randint(n_fixed, n_fixed + 12)
+    cost = [1000.0]
+    for _ in range(40):
+        cost.append(cost[-1] + rng.uniform(-150.0, 400.0) if cost[-1] > 400 else cost[-1] + 200.0)
+    lengths = nt.allocate_drafts(options, cost, n_fixed, e_fixed, n_total)
+    assert all(0 <= n < len(e) for n, e in zip(lengths, options))
+    assert n_fixed + sum(lengths) <= n_total
+    _, best_rate = _best_by_enumeration(options, cost, n_fixed, e_fixed, n_total)
+    # greedy by marginal gain is optimal for every total when each option's gains fall (they do: products of p <= 1)
+    assert _rate(options, cost, n_fixed, e_fixed, lengths) == pytest.approx(best_rate, rel=2e-4)
