@@ -85,7 +85,7 @@ void Sequence::reset_step() {
     i_chunk0_ = i_chunk1_ = 0;
     i_verify_ = -1;
     t_draft_us_ = t_checkpoint_us_ = 0;
-    verify_planned_ = drafted_now_ = first_on_prompt_ = false;
+    verify_planned_ = drafted_now_ = false;
 }
 
 int32_t Sequence::plan(common_batch & batch, int32_t room, const std::vector<Sequence *> & peers) {
@@ -98,14 +98,8 @@ int32_t Sequence::plan(common_batch & batch, int32_t room, const std::vector<Seq
     }
     const int32_t n0 = batch.size();
     if (phase_ == Phase::Prefill) {
-        // complete() begins decoding after the last chunk (decision 0050); the
-        // first token rides on that chunk's decode where nothing needs the
-        // prompt's end alone (decision 0067)
-        if (!plan_prefill(batch, room, peers)) return batch.size() - n0;
-        if (i_chunk1_ > i_chunk0_) {
-            if (first_token_rides_on_prompt() && batch.size() - n0 < room) plan_first_token(batch);
-            return batch.size() - n0;
-        }
+        // a chunk's decode is the prompt's alone: complete() begins decoding after the last one (decision 0050)
+        if (!plan_prefill(batch, room, peers) || i_chunk1_ > i_chunk0_) return batch.size() - n0;
         begin_decoding();
     }
     if (prepare_verify(room - (batch.size() - n0))) add_verify(batch);
@@ -151,20 +145,6 @@ bool Sequence::share_prefill(const std::vector<Sequence *> & peers, int32_t n) {
         stats_.share_prompt((uint64_t) k);
     }
     return !waits_for_shared_prefill(*this, peers, p_.prompt, (int32_t) prompt_tgt_.size(), n);
-}
-
-bool Sequence::first_token_rides_on_prompt() const {
-    // A draft context reads the prompt's end on its own, and a recurrent
-    // target keeps a checkpoint just before the last prompt token; under
-    // auto, or without a drafter, the first verification drafts nothing.
-    return s_.ctx_dft == nullptr && !needs_checkpoints(s_) && (drafter_ == nullptr || s_.plan.automatic);
-}
-
-void Sequence::plan_first_token(common_batch & batch) {
-    const int32_t n = p_.n_prompt - 1;
-    i_verify_ = batch.add(p_.prompt[n], n, seq_, true);
-    verify_planned_ = first_on_prompt_ = true;
-    last_pos_ = n;
 }
 
 void Sequence::begin_decoding() {
@@ -289,7 +269,7 @@ int Sequence::emit(const llama_tokens & ids, int32_t i0, llama_token * eog_id) {
 
 void Sequence::decode_failed(int32_t ret, const std::string & detail) {
     if (ended_) return;
-    const bool prefill = i_verify_ < 0 || i_chunk1_ > i_chunk0_;
+    const bool prefill = i_verify_ < 0;
     const std::string what = prefill ? "prompt prefill" : "decoding";
     if (ret == 0) {  // sa_testing_fail_decode: the decode itself succeeded
         end_with_error(SA_ERR_DECODE, what + " failed: " + detail);
@@ -321,8 +301,7 @@ void Sequence::complete(const common_batch & batch, int64_t t_us) {
         if (i_chunk1_ == n - (s_.ctx_dft ? 1 : 0)) prefix_.checkpoint(s_, i_chunk1_);
         if (i_chunk1_ == n) begin_decoding();
     }
-    // the decode of a first token on the prompt's last chunk counts as prefill
-    if (n_verify > 0) verified(first_on_prompt_ ? 0 : t_us, batch.size() - n_verify);
+    if (n_verify > 0) verified(t_us, batch.size() - n_verify);
 }
 
 double Sequence::expected_tokens() const {

@@ -135,7 +135,6 @@ private:
     int32_t i_verify_ = -1;                // batch index of [last, drafts...]; -1: none this step
     bool verify_planned_ = false;          // [last, drafts...] goes into this step's batch
     bool drafted_now_ = false;             // draft_ was drafted this step (not a re-verification)
-    bool first_on_prompt_ = false;         // the first token is verified in the prompt's last chunk's decode
     int64_t t_draft_us_ = 0;               // drafting time of this step
     int64_t t_checkpoint_us_ = 0;          // saving the target's state before verifying
     BatchShare share_;                     // the other sequences' part of this step's decode
@@ -143,10 +142,6 @@ private:
     bool cancelled() const { return s_.cancelled() || slot_.cancel.load(std::memory_order_relaxed); }
     void start();
     void begin_decoding();
-    // Whether the first verification may share the decode of the prompt's
-    // last chunk (the token then comes one decode sooner), and adding it.
-    bool first_token_rides_on_prompt() const;
-    void plan_first_token(common_batch & batch);
     // Adds the prompt's next chunk; true when the prompt is then all in.
     bool plan_prefill(common_batch & batch, int32_t room, const std::vector<Sequence *> & peers);
     // Copies what another slot holds of the prompt beyond prompt_tgt_;

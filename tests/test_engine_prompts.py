@@ -167,30 +167,3 @@ def test_a_long_prompt_is_cut_into_chunks_while_another_sequence_decodes(gemma):
 def test_prefill_step_ms_is_checked(tiny_target):  # noqa: F811
     with pytest.raises(spec_actor.ConfigError, match="prefill_step_ms"):
         Session(tiny_target, prefill_step_ms=-1)
-
-
-@pytest.mark.parametrize("spec", ["none", "auto", "ngram-simple"])
-def test_the_first_token_comes_with_the_prompts_last_chunk(tiny_target, tiny_paths, spec):  # noqa: F811
-    """A 40-token prompt that fits one chunk, and one token: one decode, not two (decision 0067).
-
-    Under auto and plain decoding the first verification drafts nothing, so
-    the prompt's last token is decoded with its last chunk and the first
-    token sampled from that decode. A fixed type may draft on its first
-    step; a recurrent target keeps a checkpoint just before the last prompt
-    token: those take the second decode. Counted in engine steps, from the
-    session's own counter against the request's known shape.
-    """
-    prompt = _shared_prompts(tiny_target, 1, 40, seed=3)[0][:40]
-    with Session(tiny_target, spec=spec, n_ctx=N_CTX, n_batch=64, memory=0) as session:
-        before = session.steps()
-        result = session.run(prompt, max_tokens=1, temp=0.0)
-        assert result.status == "done" and len(result.tokens) == 1
-        assert session.steps() - before == (2 if spec == "ngram-simple" else 1)
-        # the same token as a prefill followed by its own decode: a lone plain run, 3 tokens at a time
-        with Session(tiny_target, spec="none", n_ctx=N_CTX, n_batch=3, n_ubatch=3, prefix_cache=False) as ref:
-            assert list(result.tokens) == list(ref.run(prompt, max_tokens=1, temp=0.0).tokens)
-    hybrid = spec_actor.load_model(tiny_paths.hybrid)
-    with Session(hybrid, spec=spec, n_ctx=N_CTX, n_batch=64, memory=0) as session:
-        before = session.steps()
-        session.run(prompt, max_tokens=1, temp=0.0)
-        assert session.steps() - before == 2
