@@ -36,6 +36,21 @@ async def fresh_greedy(model: Model, prompt: str, max_tokens: int, **ctx: Any) -
     return _fresh[key]
 
 
+async def greedy_after(model: Model, earlier: str, prompt: str, max_tokens: int, **ctx: Any) -> str:
+    """Plain greedy output of ``prompt`` on a fresh actor whose one earlier request was ``earlier`` (one token).
+
+    What an actor gives after an earlier request, cancelled or not: the
+    prefix cache holds the common start of the two prompts, so the new
+    prompt's prefill has the same batch shape here as there. A fresh actor's
+    prefill, one token longer, may round a near-tie the other way on Gemma
+    (decision 0031).
+    """
+    ctx.setdefault("spec", "none")
+    async with open_actor(model, **ctx) as actor:
+        await actor.generate(earlier, max_tokens=1)
+        return await actor.generate(prompt, max_tokens=max_tokens)
+
+
 @functools.lru_cache(maxsize=4)
 def long_prompt(model: Model, n_tokens: int = 3000) -> str:
     """A prompt of at least ``n_tokens`` tokens: a paragraph repeated."""

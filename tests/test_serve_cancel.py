@@ -14,10 +14,9 @@ import functools
 
 import httpx
 import trio
-from actor_fixtures import QUESTION, STORY, long_prompt
+from actor_fixtures import QUESTION, STORY, greedy_after, long_prompt
 from serve_helpers import CTX, http, metric, metrics, serving, sse_data, wait_for
 
-from spec_actor import open_actor
 
 STEP_SLACK = 2
 """Tokens a plain (non-speculative) loop may add after the cancel: the step that ends while the
@@ -25,8 +24,8 @@ flag is being set, and the one it was in."""
 
 
 async def test_hangup_mid_stream_stops_the_generation(gemma):
-    async with open_actor(gemma, n_ctx=CTX, n_threads=1) as actor:
-        expected = await actor.generate(QUESTION, max_tokens=6)
+    # the server's actor (plain, one thread) after a request on STORY that ran to its end
+    expected = await greedy_after(gemma, STORY, QUESTION, 6, n_ctx=CTX, n_threads=1)
     async with serving(gemma) as server, http(server) as client:
         actor = server.pool.actors[0]
         body = {"prompt": STORY, "max_tokens": 400, "temperature": 0, "stream": True}
