@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any, final
 
 from ._errors import ConfigError
+from ._gbnf_shape import check_shape
 from ._json_schema import schema_grammar
 from ._limits import GrammarLimits
 from ._validate import check_float, check_int
@@ -109,6 +110,7 @@ class Sampling:
             raise ConfigError(f"grammar_limits={self.grammar_limits!r} is invalid: expected a spec_actor.GrammarLimits")
         if self.grammar is not None:
             check_grammar(self.grammar, self.grammar_limits.native())
+            check_shape(self.grammar)
         if not isinstance(self.grammar_prefill, str) or "\0" in self.grammar_prefill:
             raise ConfigError(f"grammar_prefill={self.grammar_prefill!r} is invalid: expected text without NUL")
         if self.grammar_triggers is not None and (not isinstance(self.grammar_triggers, str)
