@@ -69,7 +69,7 @@ public:
     virtual bool offer(DraftOption & out) const { (void) out; return false; }
     // Sets the last draft to the first n tokens of what offer() described.
     virtual void resize(int32_t n, llama_tokens & draft) { (void) n; (void) draft; }
-    // The cost model its lengths are priced with (null: none).
+    // The cost model its lengths are priced with (null: none; a drafter that offers has one).
     virtual const StepCost * step_cost() const { return nullptr; }
     // Whether the drafter brings its own context up to the target's before
     // it drafts, so that context may lag behind (auto's draft model).

@@ -87,12 +87,11 @@ void allocate_step_drafts(const std::vector<Sequence *> & drafting, int32_t capa
     if (drafting.size() < 2) return;
     std::vector<DraftOption> options;
     std::vector<Sequence *> adjusted;
-    const StepCost * cost = nullptr;
     int32_t n_fixed = 0;
     double e_fixed = 0;
     for (Sequence * q : drafting) {
         DraftOption o{};
-        if (q->offer(o) && (cost != nullptr || (cost = q->step_cost()) != nullptr)) {
+        if (q->offer(o)) {
             options.push_back(o);
             adjusted.push_back(q);
             n_fixed += 1;
@@ -101,7 +100,8 @@ void allocate_step_drafts(const std::vector<Sequence *> & drafting, int32_t capa
             e_fixed += q->expected_tokens();
         }
     }
-    if (options.empty() || cost == nullptr || !cost->measured()) return;
+    const StepCost * cost = adjusted.empty() ? nullptr : adjusted[0]->step_cost();  // an offering drafter prices
+    if (cost == nullptr || !cost->measured()) return;
     const std::vector<int32_t> lengths = allocate_drafts(options, n_fixed, e_fixed, *cost, capacity);
     for (size_t i = 0; i < adjusted.size(); ++i) adjusted[i]->resize_draft(lengths[i]);
 }

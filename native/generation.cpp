@@ -81,21 +81,22 @@ void Sequence::keep_prefix(sa_status st) {
 }
 
 
-void Sequence::reset_step() {
+bool Sequence::begin_step() {
     i_chunk0_ = i_chunk1_ = 0;
     i_verify_ = -1;
     t_draft_us_ = t_checkpoint_us_ = 0;
     verify_planned_ = drafted_now_ = false;
-}
-
-int32_t Sequence::plan(common_batch & batch, int32_t room, const std::vector<Sequence *> & peers) {
-    reset_step();
-    if (ended_) return 0;
+    if (ended_) return false;
     if (phase_ == Phase::Start) start();
     if (cancelled()) {
         finish(SA_CANCELLED);
-        return 0;
+        return false;
     }
+    return true;
+}
+
+int32_t Sequence::plan(common_batch & batch, int32_t room, const std::vector<Sequence *> & peers) {
+    if (!begin_step()) return 0;
     const int32_t n0 = batch.size();
     if (phase_ == Phase::Prefill) {
         // a chunk's decode is the prompt's alone: complete() begins decoding after the last one (decision 0050)
@@ -107,13 +108,7 @@ int32_t Sequence::plan(common_batch & batch, int32_t room, const std::vector<Seq
 }
 
 bool Sequence::draft_for_step(int32_t room) {
-    reset_step();
-    if (ended_) return false;
-    if (cancelled()) {
-        finish(SA_CANCELLED);
-        return false;
-    }
-    return prepare_verify(room);
+    return begin_step() && prepare_verify(room);
 }
 
 bool Sequence::plan_prefill(common_batch & batch, int32_t room, const std::vector<Sequence *> & peers) {
@@ -173,7 +168,11 @@ bool Sequence::offer(DraftOption & out) const {
 
 void Sequence::resize_draft(int32_t n) {
     drafter_->resize(n, draft_);
-    if (const int32_t in_use = drafter_->n_draft_in_use(); in_use >= 0) stats_.set_n_draft(in_use);
+    note_draft_in_use();
+}
+
+void Sequence::note_draft_in_use() {
+    if (const int32_t n = drafter_->n_draft_in_use(); n >= 0) stats_.set_n_draft(n);
 }
 
 bool Sequence::add_verify(common_batch & batch) {
@@ -218,7 +217,7 @@ bool Sequence::draft_step(int32_t room) {
     drafter_->draft(DraftInput{n_budget, n_past_, id_last_, prompt_tgt_, share_}, draft_);
     t_draft_us_ = ggml_time_us() - t0;
     stats_.add(&Counters::t_draft_us, t_draft_us_);
-    if (const int32_t n = drafter_->n_draft_in_use(); n >= 0) stats_.set_n_draft(n);
+    note_draft_in_use();
     if (s_.ctx_dft) {
         if (s_.use_ckpt_dft && !rb_.dft.restore(s_.ctx_dft, seq_)) return rollback_failed("restoring the draft context's state"), false;
         if (mem_dft_ && !trim(mem_dft_, rb_.pos_max + 1)) return rollback_failed("the draft context refused llama_memory_seq_rm"), false;

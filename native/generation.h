@@ -62,7 +62,7 @@ public:
     // add_verify puts [last, drafts...] into batch (false: the request ended).
     bool draft_for_step(int32_t room);
     bool offer(DraftOption & out) const;
-    const StepCost * step_cost() const { return drafter_ ? drafter_->step_cost() : nullptr; }
+    const StepCost * step_cost() const { return drafter_->step_cost(); }  // after offer() gave one
     void resize_draft(int32_t n);
     int32_t n_verify_tokens() const { return verify_planned_ ? (int32_t) draft_.size() + 1 : 0; }
     bool add_verify(common_batch & batch);
@@ -147,7 +147,11 @@ private:
     // Copies what another slot holds of the prompt beyond prompt_tgt_;
     // false: it should wait for a sequence prefilling the same tokens.
     bool share_prefill(const std::vector<Sequence *> & peers, int32_t n);
-    void reset_step();
+    // Clears the step's part of the batch; starts the request on its first
+    // step; false when it ended or is cancelled now (then it finishes).
+    bool begin_step();
+    // The drafter's draft length in use goes to the statistics.
+    void note_draft_in_use();
     // Drafts (or keeps a re-verification) for this step; true: it verifies.
     bool prepare_verify(int32_t room);
     // Drafts into draft_ (and saves the rollback point); false: the request ended.

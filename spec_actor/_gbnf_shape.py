@@ -172,8 +172,7 @@ class _Shape:
         self.text, self.rules = text, rules
         self.memo_empty: dict[int, bool] = {}
         self.empty_rules = self._empty_rules()
-        self.spans: dict[str, int] = {}
-        self.group_spans: dict[int, int] = {}
+        self.runs: dict[int, int] = {}
 
     def where(self, at: int) -> str:
         line = self.text.count("\n", 0, at) + 1
@@ -260,32 +259,27 @@ class _Shape:
 
     def _span(self, e: _Element) -> int:
         """How many empty-matching steps one advance may walk through e (e matches nothing)."""
-        if e.kind == "ref" and e.ref in self.rules and e.ref in self.empty_rules:
-            if e.ref not in self.spans:
-                self.spans[e.ref] = 1  # a cycle is left recursion, reported before this runs
-                self.spans[e.ref] = self._longest_run(self.rules[e.ref])
-            inner = self.spans[e.ref]
-        elif e.kind == "group" and self._some_empty(e.alternatives, self.empty_rules, self.memo_empty):
-            if id(e) not in self.group_spans:
-                self.group_spans[id(e)] = self._longest_run(e.alternatives)
-            inner = self.group_spans[id(e)]
-        else:
+        alts = self.rules.get(e.ref) if e.kind == "ref" else e.alternatives if e.kind == "group" else None
+        if alts is None or not self._some_empty(alts, self.empty_rules, self.memo_empty):
             return 1  # an optional element that matches text: one step skips it
         count = e.high if e.high is not None else max(e.low, 1)
-        return inner * max(count, 1)
+        return self._longest_run(alts) * max(count, 1)
 
     def _longest_run(self, alts: list[list[_Element]]) -> int:
-        """Of the alternatives that can match nothing, the most steps one walks through."""
-        best = 0
-        for alt in alts:
-            run = 0
-            for x in alt:
-                if not self._matches_nothing(x):
-                    break
-                run += self._span(x)
-            else:
-                best = max(best, run)
-        return best
+        """Of the alternatives that can match nothing, the most steps one walks through (kept per rule or group)."""
+        if id(alts) not in self.runs:
+            self.runs[id(alts)] = 1  # a cycle is left recursion, reported before this runs
+            best = 0
+            for alt in alts:
+                run = 0
+                for x in alt:
+                    if not self._matches_nothing(x):
+                        break
+                    run += self._span(x)
+                else:
+                    best = max(best, run)
+            self.runs[id(alts)] = best
+        return self.runs[id(alts)]
 
     def check_empty_runs(self) -> None:
         for alts in self.rules.values():
