@@ -94,9 +94,11 @@ void AutoDrafter::make_arms() {
 }
 
 void AutoDrafter::init(common_params_speculative base, common_speculative * model, int32_t model_id,
-                       int32_t model_n_max, TokenMemory * memory) {
+                       int32_t model_n_max, TokenMemory * memory, llama_seq_id seq, bool shared) {
     n_cap_ = base.draft.n_max;
     ctx_dft_ = base.draft.ctx_dft;
+    seq_ = seq;
+    shared_ = shared;
     lazy_ = model != nullptr && model_id == SA_SPEC_DRAFT_SIMPLE && ctx_dft_ != nullptr;
     dft_trimmable_ = ctx_dft_ != nullptr && common_context_can_seq_rm(ctx_dft_) == COMMON_CONTEXT_SEQ_RM_TYPE_PART;
     if (lazy_) catch_up_batch_ = common_batch(ctx_dft_);
@@ -127,7 +129,7 @@ void AutoDrafter::begin(const RunStart & start) {
         if (arm.spec) common_speculative_begin(arm.spec, 0, start.prompt_tgt);
         arm.proposed = false;
     }
-    if (model_ != nullptr && !dropped_) common_speculative_begin(model_, 0, start.prompt_tgt);
+    if (model_ != nullptr && !dropped_) common_speculative_begin(model_, seq_, start.prompt_tgt);
     memory_->begin_sequence();
     memory_->append(start.prompt, (size_t) start.n_prompt);
     pending_ = false;
@@ -152,7 +154,7 @@ void AutoDrafter::note_cost(Arm & arm, int64_t dt_us) {
 
 void AutoDrafter::draft_with(Arm & arm, const DraftInput & in, int64_t extra_us) {
     arm.proposal.clear();
-    note_cost(arm, extra_us + draft_call(arm.spec, arm.id, in, arm.proposal));
+    note_cost(arm, extra_us + draft_call(arm.spec, arm.id, arm.spec == model_ ? seq_ : 0, in, arm.proposal));
     arm.proposed = !arm.proposal.empty();
     if (arm.proposed && arm.spec == model_) model_drafted_ = true;
 }
@@ -327,11 +329,11 @@ bool AutoDrafter::in_step(const common_batch & batch) const {
     if (batch.size() == 0) return false;
     const llama_pos p0 = batch.tokens[0].pos[0];
     if (p0 == 0) return true;
-    return dft_trimmable_ && p0 < drop_pos_ && p0 == llama_memory_seq_pos_max(llama_get_memory(ctx_dft_), 0) + 1;
+    return dft_trimmable_ && p0 < drop_pos_ && p0 == llama_memory_seq_pos_max(llama_get_memory(ctx_dft_), seq_) + 1;
 }
 
 void AutoDrafter::judge(size_t n_made) {
-    if (model_ == nullptr || lazy_ || dropped_) return;
+    if (model_ == nullptr || lazy_ || dropped_ || shared_) return;
     // a draft of the model arm earned the time the best choice without it
     // would have needed for its tokens, less what its step cost
     const double made = (double) n_made;
@@ -347,12 +349,12 @@ void AutoDrafter::judge(size_t n_made) {
 bool AutoDrafter::catch_up(const DraftInput & in) {
     if (!lazy_) return true;
     // the target holds positions [0, n_past); the draft context what it was fed
-    const llama_pos held = llama_memory_seq_pos_max(llama_get_memory(ctx_dft_), 0) + 1;
+    const llama_pos held = llama_memory_seq_pos_max(llama_get_memory(ctx_dft_), seq_) + 1;
     const int32_t n_batch = (int32_t) llama_n_batch(ctx_dft_);
     for (llama_pos p0 = held; p0 < in.n_past; p0 += n_batch) {
         const llama_pos p1 = std::min<llama_pos>(in.n_past, p0 + n_batch);
         catch_up_batch_.clear();
-        for (llama_pos p = p0; p < p1; ++p) catch_up_batch_.add(in.prompt_tgt[(size_t) p], p, 0, p == p1 - 1);
+        for (llama_pos p = p0; p < p1; ++p) catch_up_batch_.add(in.prompt_tgt[(size_t) p], p, seq_, p == p1 - 1);
         if (!common_speculative_process(model_, catch_up_batch_)) return false;
     }
     return true;
@@ -384,7 +386,7 @@ void AutoDrafter::observe(const StepOutcome & out) {
     // by the accepted count, whoever drafted (llama.cpp asserts that a
     // drafter accepts only after it drafted once).
     if (model_ != nullptr && model_drafted_ && !dropped_) {
-        common_speculative_accept(model_, 0, (uint16_t) std::max((int32_t) ids.size() - 1, 0));
+        common_speculative_accept(model_, seq_, (uint16_t) std::max((int32_t) ids.size() - 1, 0));
     }
     memory_->append(ids.data(), ids.size());
 }

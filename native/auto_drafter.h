@@ -43,10 +43,13 @@ public:
 
     // Creates the n-gram drafters from base (its types are replaced per kind;
     // draft.n_max is the ceiling). model: the session's model drafter or
-    // null, with its drafter id (sa_spec_type) and the length it drafts.
-    // Throws what common_speculative_init throws.
+    // null, with its drafter id (sa_spec_type) and the length it drafts;
+    // seq: this drafter's sequence of it. shared: the model drafter's context
+    // serves other sequences too, and the engine feeds it each batch once
+    // (docs/decisions/0069): its arm is never dropped. Throws what
+    // common_speculative_init throws.
     void init(common_params_speculative base, common_speculative * model, int32_t model_id,
-              int32_t model_n_max, TokenMemory * memory);
+              int32_t model_n_max, TokenMemory * memory, llama_seq_id seq = 0, bool shared = false);
 
     // Start of a run. fresh: the n-gram drafters' tables (ngram-mod and
     // ngram-cache keep theirs across runs) and what was learned about each
@@ -109,6 +112,8 @@ private:
     // drafter that auto seldom picks costs next to nothing. MTP, EAGLE-3 and
     // DFlash read the target's hidden states of each batch and are fed always.
     bool lazy_ = false;
+    llama_seq_id seq_ = 0;              // the model drafter's sequence (the n-gram arms own theirs: 0)
+    bool shared_ = false;               // the model drafter's context serves other sequences too
     bool warm_ = false;                 // the model arm drafted last: feed its context
     llama_context * ctx_dft_ = nullptr;
     common_batch catch_up_batch_;

@@ -49,7 +49,7 @@ void plan_drafting(sa_session & s, const sa_context_params & c) {
     s.plan = {model, model == SA_SPEC_NONE ? 0 : model_n, n_cap, true};
 }
 
-sa_status make_auto_drafter(sa_session & s, common_speculative * spec, std::unique_ptr<Drafter> & out) {
+sa_status make_auto_drafter(sa_session & s, common_speculative * spec, llama_seq_id seq, std::unique_ptr<Drafter> & out) {
     common_params_speculative ps = make_spec_params(s);
     ps.draft.n_max = s.plan.n_verify;
     ps.draft.n_min = 0;
@@ -57,7 +57,7 @@ sa_status make_auto_drafter(sa_session & s, common_speculative * spec, std::uniq
     ps.ngram_mod.n_min = std::min(s.sparams.ngram_mod_n_min, ps.ngram_mod.n_max);
     auto autod = std::make_unique<AutoDrafter>();
     try {
-        autod->init(ps, spec, s.plan.type, s.plan.n_draft, &s.memory);
+        autod->init(ps, spec, s.plan.type, s.plan.n_draft, &s.memory, seq, shares_draft_context(s));
     } catch (const std::exception & e) {
         return fail(SA_ERR_SPEC, std::string("auto drafting setup failed: ") + e.what());
     }

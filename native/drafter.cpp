@@ -9,12 +9,12 @@
 
 namespace sa {
 
-int64_t draft_call(common_speculative * spec, int32_t type, const DraftInput & in, llama_tokens & draft) {
+int64_t draft_call(common_speculative * spec, int32_t type, llama_seq_id seq, const DraftInput & in, llama_tokens & draft) {
     draft.clear();
     if (in.n_max <= 0) return 0;
     if (type == SA_SPEC_NGRAM_CACHE && !ngram_cache_can_draft(in.prompt_tgt.size() + 1)) return 0;
     const int64_t t0 = ggml_time_us();
-    common_speculative_get_draft_params(spec, 0) = {
+    common_speculative_get_draft_params(spec, seq) = {
         /* .drafting = */ true,
         /* .n_max    = */ in.n_max,
         /* .pos0     = */ in.n_past,
@@ -32,10 +32,11 @@ namespace {
 // llama.cpp's loop: the type's common_speculative drafts up to n tokens a step.
 class FixedDrafter : public Drafter {
 public:
-    FixedDrafter(common_speculative * spec, int32_t type, int32_t n_draft) : spec_(spec), type_(type), n_(n_draft) {}
+    FixedDrafter(common_speculative * spec, int32_t type, int32_t n_draft, llama_seq_id seq)
+        : spec_(spec), type_(type), n_(n_draft), seq_(seq) {}
 
     void begin(const RunStart & start) override {
-        common_speculative_begin(spec_, 0, start.prompt_tgt);
+        common_speculative_begin(spec_, seq_, start.prompt_tgt);
         called_ = false;
         last_ = SA_SPEC_NONE;
     }
@@ -43,7 +44,7 @@ public:
     void draft(const DraftInput & in, llama_tokens & draft) override {
         DraftInput capped{std::min(in.n_max, n_), in.n_past, in.id_last, in.prompt_tgt};
         called_ = capped.n_max > 0;
-        draft_call(spec_, type_, capped, draft);
+        draft_call(spec_, type_, seq_, capped, draft);
         last_ = draft.empty() ? SA_SPEC_NONE : type_;
     }
 
@@ -53,7 +54,7 @@ public:
         const int32_t n_accepted = (int32_t) out.ids.size() - 1;
         // llama.cpp's drafter accepts only after it drafted (it asserts so)
         if (out.committed && (called_ || n_accepted > 0)) {
-            common_speculative_accept(spec_, 0, (uint16_t) n_accepted);
+            common_speculative_accept(spec_, seq_, (uint16_t) n_accepted);
         }
         if (out.committed) called_ = false;
     }
@@ -64,6 +65,7 @@ private:
     common_speculative * spec_;
     int32_t type_;
     int32_t n_;
+    llama_seq_id seq_;
     bool called_ = false;  // the drafter ran for the step being verified
     int32_t last_ = SA_SPEC_NONE;
 };
@@ -71,8 +73,8 @@ private:
 // FixedDrafter whose length per step comes from AdaptiveDraft.
 class AdaptiveDrafter final : public FixedDrafter {
 public:
-    AdaptiveDrafter(common_speculative * spec, int32_t type, int32_t n_cap, int32_t n_floor)
-        : FixedDrafter(spec, type, n_cap), n_cap_(n_cap), n_floor_(n_floor) {}
+    AdaptiveDrafter(common_speculative * spec, int32_t type, int32_t n_cap, int32_t n_floor, llama_seq_id seq)
+        : FixedDrafter(spec, type, n_cap, seq), n_cap_(n_cap), n_floor_(n_floor) {}
 
     void begin(const RunStart & start) override {
         adaptive_.reset(n_cap_, n_floor_);  // each run learns its own prompt's acceptance
@@ -108,13 +110,13 @@ private:
 
 }  // namespace
 
-std::unique_ptr<Drafter> make_fixed_drafter(common_speculative * spec, int32_t type, int32_t n_draft) {
-    return std::make_unique<FixedDrafter>(spec, type, n_draft);
+std::unique_ptr<Drafter> make_fixed_drafter(common_speculative * spec, int32_t type, int32_t n_draft, llama_seq_id seq) {
+    return std::make_unique<FixedDrafter>(spec, type, n_draft, seq);
 }
 
 std::unique_ptr<Drafter> make_adaptive_drafter(common_speculative * spec, int32_t type, int32_t n_cap,
-                                               int32_t n_floor) {
-    return std::make_unique<AdaptiveDrafter>(spec, type, n_cap, n_floor);
+                                               int32_t n_floor, llama_seq_id seq) {
+    return std::make_unique<AdaptiveDrafter>(spec, type, n_cap, n_floor, seq);
 }
 
 }  // namespace sa

@@ -76,17 +76,18 @@ public:
     virtual bool catches_up() const { return false; }
 };
 
-// One draft call on a common_speculative, with its guard (ngram-cache needs 4
-// tokens of context) and its timing: draft gets at most n_max tokens.
-// Returns the microseconds it took (0 when the guard skipped it).
-int64_t draft_call(common_speculative * spec, int32_t type, const DraftInput & in, llama_tokens & draft);
+// One draft call for sequence seq of a common_speculative, with its guard
+// (ngram-cache needs 4 tokens of context) and its timing: draft gets at most
+// n_max tokens. Returns the microseconds it took (0 when the guard skipped it).
+int64_t draft_call(common_speculative * spec, int32_t type, llama_seq_id seq, const DraftInput & in, llama_tokens & draft);
 
-// A fixed speculative type with a fixed draft length (llama.cpp's loop).
-std::unique_ptr<Drafter> make_fixed_drafter(common_speculative * spec, int32_t type, int32_t n_draft);
+// A fixed speculative type with a fixed draft length (llama.cpp's loop), for
+// sequence seq of spec (a draft context may serve several sequences).
+std::unique_ptr<Drafter> make_fixed_drafter(common_speculative * spec, int32_t type, int32_t n_draft, llama_seq_id seq);
 
 // A fixed type whose draft length is chosen per step from acceptance and
 // cost (n_draft="auto"); n_floor: the shortest draft ever asked for.
 std::unique_ptr<Drafter> make_adaptive_drafter(common_speculative * spec, int32_t type, int32_t n_cap,
-                                               int32_t n_floor);
+                                               int32_t n_floor, llama_seq_id seq);
 
 }  // namespace sa

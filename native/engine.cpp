@@ -22,10 +22,13 @@ Slot::~Slot() {
 
 namespace {
 
-// A slot's own drafter, made like the session's (create_session); slots > 0
-// exist only where no draft context is needed (sa_session_can_batch).
+// A slot's drafter, made like the session's (create_session): over the
+// session's common_speculative where a draft context serves every sequence,
+// else over the slot's own (an n-gram type's tables are per sequence).
 sa_status make_slot_drafter(sa_session & s, Slot & slot) {
-    if (s.plan.type != SA_SPEC_NONE) {
+    common_speculative * spec = shares_draft_context(s) ? s.spec : nullptr;
+    llama_seq_id spec_seq = slot.seq;  // the slot's sequence of spec (its own spec has one: 0)
+    if (spec == nullptr && s.plan.type != SA_SPEC_NONE) {
         common_params_speculative ps = make_spec_params(s);
         try {
             slot.own_spec = common_speculative_init(ps, 1);
@@ -33,8 +36,10 @@ sa_status make_slot_drafter(sa_session & s, Slot & slot) {
             return fail(SA_ERR_SPEC, spec_type_name(s.plan.type) + " setup failed: " + e.what());
         }
         if (slot.own_spec == nullptr) return fail(SA_ERR_SPEC, spec_type_name(s.plan.type) + " could not be initialised");
+        spec = slot.own_spec;
+        spec_seq = 0;
     }
-    sa_status st = make_drafter(s, slot.own_spec, slot.own_drafter);
+    sa_status st = make_drafter(s, spec, spec_seq, slot.own_drafter);
     slot.drafter = slot.own_drafter.get();
     return st;
 }
@@ -106,6 +111,17 @@ void allocate_step_drafts(const std::vector<Sequence *> & drafting, int32_t capa
     for (size_t i = 0; i < adjusted.size(); ++i) adjusted[i]->resize_draft(lengths[i]);
 }
 
+// A draft context that serves several sequences reads each decoded batch
+// once, all its sequences together (MTP, EAGLE-3 and DFlash pair each token
+// with the target's hidden state at its index in the batch), unless its
+// drafters catch it up themselves when they draft (auto's lazy draft model).
+// false: the drafter failed. One sequence's own context is fed by its
+// drafter (Sequence::complete).
+bool feed_shared_draft_context(sa_session & s, const common_batch & batch) {
+    if (!shares_draft_context(s) || s.drafter == nullptr || s.drafter->catches_up()) return true;
+    return common_speculative_process(s.spec, batch);
+}
+
 // One step for the sequences given: those already decoding draft first (so
 // a prompt never crowds out a verification), their drafts are chosen
 // together, then prompts take what is left; one decode, each takes its
@@ -159,6 +175,10 @@ void step(sa_session & s, const std::vector<Sequence *> & seqs) {
     }
     if (s.fail_decode_at.load() > 0 && s.fail_decode_at.fetch_sub(1) == 1) {
         for (Sequence * q : in) q->decode_failed(0, "injected by sa_testing_fail_decode");
+        return;
+    }
+    if (!feed_shared_draft_context(s, batch)) {
+        for (Sequence * q : in) q->drafter_failed();
         return;
     }
     for (Sequence * q : in) q->complete(batch, t_us);

@@ -287,12 +287,8 @@ void Sequence::complete(const common_batch & batch, int64_t t_us) {
     if (ended_) return;
     const int32_t n_chunk = i_chunk1_ - i_chunk0_;
     const int32_t n_verify = i_verify_ < 0 ? 0 : (int32_t) draft_.size() + 1;
-    if (s_.ctx_dft && drafter_ && !drafter_->process(batch)) {  // only a draft context reads the batch (one slot)
-        cut_ = true;
-        if (cancelled()) return finish(SA_CANCELLED);
-        return end_with_error(SA_ERR_DECODE, std::string("the speculative drafter failed to process ") +
-                              (n_verify > 0 ? "a batch" : "the prompt"));
-    }
+    // only a draft context reads the batch; a shared one the engine fed already
+    if (s_.ctx_dft && !shares_draft_context(s_) && drafter_ && !drafter_->process(batch)) return drafter_failed();
     if (n_chunk > 0) {  // a prompt chunk (its decode never holds this sequence's verification)
         stats_.add(&Counters::t_prefill_us, t_us);
         prompt_tgt_.insert(prompt_tgt_.end(), p_.prompt + i_chunk0_, p_.prompt + i_chunk1_);  // what a cancel keeps
@@ -301,6 +297,14 @@ void Sequence::complete(const common_batch & batch, int64_t t_us) {
         if (i_chunk1_ == n) begin_decoding();
     }
     if (n_verify > 0) verified(t_us, batch.size() - n_verify);
+}
+
+void Sequence::drafter_failed() {
+    if (ended_) return;
+    cut_ = true;
+    if (cancelled()) return finish(SA_CANCELLED);
+    end_with_error(SA_ERR_DECODE, std::string("the speculative drafter failed to process ") +
+                   (i_verify_ >= 0 ? "a batch" : "the prompt"));
 }
 
 double Sequence::expected_tokens() const {

@@ -76,6 +76,8 @@ public:
     double expected_tokens() const;
     // The decode failed (ret != 0) or a test injected a failure: ends the request.
     void decode_failed(int32_t ret, const std::string & what);
+    // The draft context could not read the step's decoded batch: ends the request.
+    void drafter_failed();
 
 private:
     enum class Phase { Start, Prefill, Decode, Ended };

@@ -17,7 +17,8 @@ void clear_seq(const sa_session & s, llama_seq_id seq) {
         clear_memory(s.ctx_dft);
         return;
     }
-    llama_memory_seq_rm(llama_get_memory(s.ctx_tgt), seq, -1, -1);  // n_seq > 1: no draft context
+    llama_memory_seq_rm(llama_get_memory(s.ctx_tgt), seq, -1, -1);
+    if (s.ctx_dft) llama_memory_seq_rm(llama_get_memory(s.ctx_dft), seq, -1, -1);
 }
 
 // Whether the target's memory still holds what a token at position n

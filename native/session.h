@@ -106,16 +106,21 @@ common_params_speculative make_spec_params(const sa_session & s);
 // type is auto's model drafter (MTP, draft model, EAGLE-3, DFlash) or none.
 void plan_drafting(sa_session & s, const sa_context_params & c);
 
-// The drafter of one slot over spec (the session's common_speculative or a
+// The drafter of slot seq over spec (the session's common_speculative or a
 // slot's own): fixed, adaptive or auto, as the session's spec says; null
 // for plain decoding.
-sa_status make_drafter(sa_session & s, common_speculative * spec, std::unique_ptr<Drafter> & out);
+sa_status make_drafter(sa_session & s, common_speculative * spec, llama_seq_id seq, std::unique_ptr<Drafter> & out);
 
-// Spec("auto"): the chooser over spec (its model drafter, or null).
-sa_status make_auto_drafter(sa_session & s, common_speculative * spec, std::unique_ptr<Drafter> & out);
+// Spec("auto"): the chooser of slot seq over spec (its model drafter, or null).
+sa_status make_auto_drafter(sa_session & s, common_speculative * spec, llama_seq_id seq, std::unique_ptr<Drafter> & out);
 
 // Whether the session's plan allows n_seq > 1 (sa_session_can_batch).
 bool plan_batches(const sa_session & s);
+
+// Whether the session's draft context serves several sequences: its
+// common_speculative is shared by the slots' drafters, and the engine feeds
+// it each decoded batch once (docs/decisions/0069).
+inline bool shares_draft_context(const sa_session & s) { return s.ctx_dft != nullptr && s.n_seq > 1; }
 
 // Spec("auto")'s summary for print_stats: per drafter, steps, drafted, accepted.
 void print_auto_stats(const sa_session & s);

@@ -53,9 +53,9 @@ sa_status sa_session_new(sa_model * model, const sa_context_params * cparams, co
         s->sparams.draft_model = nullptr;
         plan_drafting(*s, *cparams);
         if (cparams->n_seq > 1 && !plan_batches(*s)) {
-            return fail(SA_ERR_INVALID_ARG, "n_seq=" + std::to_string(cparams->n_seq) +
-                        " needs a spec without a draft context (a draft model, MTP, EAGLE-3, DFlash); "
-                        "use n_seq=1 (open_pool then runs one session per request)");
+            return fail(SA_ERR_INVALID_ARG, "n_seq=" + std::to_string(cparams->n_seq) + " does not work with " +
+                        spec_type_name(s->plan.type) + " drafting yet; use n_seq=1 (open_pool then runs one "
+                        "session per request) or another spec");
         }
         sa_status st2 = check_spec_models(s->plan.type, *model, s->draft_model);
         if (st2 == SA_OK) st2 = check_ubatch(s->plan.type, s->plan.n_draft, *model, *cparams);

@@ -33,7 +33,8 @@ llama_context_params make_context_params(const sa_context_params & c, const Draf
     const auto limits = common_speculative_get_output_limits((int32_t) c.n_batch, n_seq, std::max(plan.n_draft, plan.n_verify));
     cp.n_outputs_max = (uint32_t) limits.total;
     cp.n_outputs_max_per_seq = (uint32_t) limits.per_seq;
-    cp.n_rs_seq = needs_rollback_snapshots(plan.type) ? (uint32_t) plan.n_draft : 0;
+    // several sequences roll back from per-sequence checkpoints instead (docs/decisions/0069)
+    cp.n_rs_seq = needs_rollback_snapshots(plan.type) && n_seq == 1 ? (uint32_t) plan.n_draft : 0;
     cp.abort_callback = abort_callback;
     cp.abort_callback_data = s;
     cp.no_perf = false;
@@ -96,8 +97,9 @@ sa_status create_draft_context(sa_session & s, const llama_context_params & cp) 
     dp.ctx_other = s.ctx_tgt;
     dp.type_k = GGML_TYPE_F16;
     dp.type_v = GGML_TYPE_F16;
+    // each sequence drafts one token per decode (DFlash: its whole block); all of them may draft together
     const uint32_t per_seq = spec_facts(type).noncausal_block ? (uint32_t) s.plan.n_draft + 1 : 1;
-    dp.n_outputs_max = per_seq;
+    dp.n_outputs_max = per_seq * (uint32_t) s.n_seq;
     dp.n_outputs_max_per_seq = per_seq;
     const llama_model * dm = type == SA_SPEC_DRAFT_MTP ? s.model->model : s.draft_model->model;
     s.ctx_dft = llama_init_from_model(const_cast<llama_model *>(dm), dp);
@@ -112,8 +114,11 @@ sa_status create_draft_context(sa_session & s, const llama_context_params & cp) 
 sa_status create_speculative(sa_session & s) {
     const int32_t type = s.plan.type;
     common_params_speculative ps = make_spec_params(s);
+    // one common_speculative for every sequence of a draft context (its
+    // n_seq must be the context's); an n-gram drafter's tables stay per slot
+    const uint32_t n_seq = uses_draft_context(type) ? (uint32_t) s.n_seq : 1;
     try {
-        s.spec = common_speculative_init(ps, 1);
+        s.spec = common_speculative_init(ps, n_seq);
     } catch (const std::exception & e) {
         return fail(SA_ERR_SPEC, spec_type_name(type) + " setup failed: " + e.what());
     }
@@ -152,6 +157,7 @@ sa_status create_session(sa_session & s, const sa_context_params & c) {
                     "); try a smaller n_ctx or n_batch" + (detail.empty() ? "" : ": " + detail));
     }
     const int32_t type = s.plan.type;
+    s.n_seq = std::max(c.n_seq, 1);
     if (uses_draft_context(type)) {
         if (sa_status st = create_draft_context(s, cp); st != SA_OK) return st;
     }
@@ -163,32 +169,34 @@ sa_status create_session(sa_session & s, const sa_context_params & c) {
     if (type != SA_SPEC_NONE) {
         if (sa_status st = create_speculative(s); st != SA_OK) return st;
     }
-    if (sa_status st = make_drafter(s, s.spec, s.drafter); st != SA_OK) return st;
+    if (sa_status st = make_drafter(s, s.spec, 0, s.drafter); st != SA_OK) return st;
     s.stats.set_n_draft(s.drafter ? s.plan.n_verify : 0);
-    s.n_seq = std::max(c.n_seq, 1);
     s.prefill_step_ms = c.prefill_step_ms;
     s.n_ctx_seq = (int32_t) (llama_n_ctx(s.ctx_tgt) / (uint32_t) s.n_seq);
     return create_engine(s, s.n_seq);
 }
 
-sa_status make_drafter(sa_session & s, common_speculative * spec, std::unique_ptr<Drafter> & out) {
+sa_status make_drafter(sa_session & s, common_speculative * spec, llama_seq_id seq, std::unique_ptr<Drafter> & out) {
     const int32_t type = s.plan.type;
     if (s.plan.automatic) {
-        return s.plan.n_verify > 0 ? make_auto_drafter(s, spec, out) : SA_OK;
+        return s.plan.n_verify > 0 ? make_auto_drafter(s, spec, seq, out) : SA_OK;
     }
     if (spec != nullptr) {
         out = s.sparams.adaptive != 0
-            ? make_adaptive_drafter(spec, type, s.plan.n_draft, uses_draft_context(type) ? 1 : 0)
-            : make_fixed_drafter(spec, type, s.plan.n_draft);
+            ? make_adaptive_drafter(spec, type, s.plan.n_draft, uses_draft_context(type) ? 1 : 0, seq)
+            : make_fixed_drafter(spec, type, s.plan.n_draft, seq);
     }
     return SA_OK;
 }
 
 bool plan_batches(const sa_session & s) {
     // Recurrent and hybrid targets batch too: one state per sequence
-    // (n_seq_max), rolled back from per-sequence checkpoints, since a spec
-    // without a draft context never asks for n_rs_seq snapshots (docs/decisions/0061).
-    return !uses_draft_context(s.plan.type) && !needs_rollback_snapshots(s.plan.type);
+    // (n_seq_max), rolled back from per-sequence checkpoints or snapshots
+    // (docs/decisions/0061); a draft context holds every sequence too, one
+    // common_speculative drafting for each (docs/decisions/0069). Not
+    // DFlash: its non-causal block drafted garbage token ids for the last
+    // sequence of a shared draft context.
+    return !spec_facts(s.plan.type).noncausal_block;
 }
 
 void clear_memory(llama_context * ctx) {

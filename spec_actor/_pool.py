@@ -156,9 +156,9 @@ async def open_pool(model: Model, *, size: int = 2, spec: Spec | str = DEFAULT_S
     actors are the sequences of one batched session: one KV cache of
     ``size * n_ctx`` cells, and one decode per step verifies every running
     request's draft (docs/decisions/0050); recurrent and hybrid models too,
-    one recurrent state per sequence (docs/decisions/0061). Specs with a
-    draft context (a draft model, MTP, EAGLE-3, DFlash) are not batched
-    yet: each actor then has its own session, as before.
+    one recurrent state per sequence (docs/decisions/0061), and specs with
+    a draft context (a draft model, MTP, EAGLE-3, DFlash), one draft context
+    for all sequences (docs/decisions/0069).
     ``n_threads`` and ``n_threads_batch`` default to all CPUs; the
     process-wide thread budget shares them with the other sessions that
     generate at the same time (docs/decisions/0027).

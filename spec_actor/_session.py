@@ -386,19 +386,20 @@ class Session:
 def can_batch(model: Model, spec: Spec | str = DEFAULT_SPEC, *, n_batch: int = 2048, n_ubatch: int = 512) -> bool:
     """Whether a `Session` with ``n_seq`` > 1 is possible for model and spec (docs/decisions/0050).
 
-    Not yet for specs that draft with a second context (a draft model, MTP,
-    EAGLE-3, DFlash; also auto on a model loaded with its MTP layers);
-    recurrent and hybrid models batch (docs/decisions/0061). False also for
-    a spec that is invalid (making the session then says why).
+    Every spec batches: recurrent and hybrid models with one state per
+    sequence (docs/decisions/0061), and specs that draft with a second
+    context (a draft model, MTP, EAGLE-3, DFlash) with one draft context for
+    all sequences (docs/decisions/0069). False for a spec that is invalid
+    (making the session then says why).
     """
     try:
         spec = Spec(spec) if isinstance(spec, str) else spec
     except ConfigError:
         return False
-    if not isinstance(spec, Spec) or spec.draft_model is not None or not isinstance(n_batch, int) \
-            or not isinstance(n_ubatch, int):
+    if not isinstance(spec, Spec) or not isinstance(n_batch, int) or not isinstance(n_ubatch, int):
         return False
-    return _ns.can_batch(model.handle, spec=spec.native_params(), draft_model=None, n_batch=n_batch,
+    draft = spec.draft_model.handle if spec.draft_model is not None else None
+    return _ns.can_batch(model.handle, spec=spec.native_params(), draft_model=draft, n_batch=n_batch,
                          n_ubatch=min(n_ubatch, n_batch))
 
 

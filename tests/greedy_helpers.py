@@ -14,6 +14,7 @@ that stops early, or runs on where plain decoding stopped, is disputed too.
 
 from __future__ import annotations
 
+import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -171,3 +172,14 @@ async def collect(source, prompt, **options) -> tuple[list[int], spec_actor.Even
             elif isinstance(ev, (spec_actor.Done, spec_actor.Eog, spec_actor.Error)):
                 terminal = ev
     return tokens, terminal
+
+
+def repeated_phrase_prompts(model: spec_actor.Model, n: int, seed: int) -> list[list[int]]:
+    """n prompts of 8 to 60 tokens, each a random phrase repeated (drafters find what follows in them)."""
+    rng = random.Random(seed)
+    n_vocab = model.info.n_vocab
+    prompts = []
+    for _ in range(n):
+        phrase = [rng.randrange(1, n_vocab) for _ in range(rng.randrange(3, 9))]
+        prompts.append((phrase * 20)[:rng.randrange(8, 61)])
+    return prompts

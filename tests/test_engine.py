@@ -238,23 +238,15 @@ async def test_each_requests_statistics_count_its_own_tokens(tiny_target):  # no
         assert total.requests == 4
 
 
-def test_what_cannot_batch_yet(hybrid_model, hybrid_model_without_mtp, tiny_target, tiny_draft):  # noqa: F811
+def test_every_spec_but_dflash_batches(hybrid_model, hybrid_model_without_mtp, tiny_target, tiny_draft):  # noqa: F811
     assert can_batch(tiny_target, "auto") and can_batch(tiny_target, "ngram-mod")
-    # recurrent and hybrid targets batch without a draft context (decision 0061)
+    # recurrent and hybrid targets batch (decision 0061), draft contexts too (decision 0069)
     assert can_batch(hybrid_model, "none") and can_batch(hybrid_model, "ngram-simple")
-    assert can_batch(hybrid_model_without_mtp, "auto")
-    assert not can_batch(hybrid_model, "auto")  # auto drafts with the loaded MTP layer: a draft context
+    assert can_batch(hybrid_model_without_mtp, "auto") and can_batch(hybrid_model, "auto")
     draft_simple = spec_actor.Spec("draft-simple", draft_model=tiny_draft)
-    assert not can_batch(tiny_target, draft_simple)
-    with pytest.raises(spec_actor.ConfigError, match="n_seq"):
-        Session(tiny_target, spec=draft_simple, n_ctx=N_CTX, n_seq=2)
-
-
-async def test_pool_falls_back_to_a_session_per_actor(tiny_target, tiny_draft):  # noqa: F811
-    spec = spec_actor.Spec("draft-simple", draft_model=tiny_draft)
-    async with open_pool(tiny_target, size=2, spec=spec, n_ctx=N_CTX) as pool:
-        assert not pool.batched
-        assert await pool.generate([1, 2, 3], max_tokens=4)
+    assert can_batch(tiny_target, draft_simple)
+    with Session(tiny_target, spec=draft_simple, n_ctx=N_CTX, n_seq=2) as session:
+        assert session.n_seq == 2
 
 
 def test_a_request_returns_within_a_step_of_its_end_while_others_decode(gemma):

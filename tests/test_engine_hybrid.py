@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 import trio
-from greedy_helpers import first_difference
+from greedy_helpers import first_difference, repeated_phrase_prompts
 from tiny_model_fixtures import hybrid_model, hybrid_model_without_mtp, tiny_paths  # noqa: F401
 
 import spec_actor
@@ -26,17 +26,6 @@ N_CTX = 256
 N = 24
 # ngram-simple that drafts from the prompts' repeats (as in test_hybrid.py)
 NGRAM = Spec("ngram-simple", n_draft=8, ngram_size_n=2, ngram_size_m=8)
-
-
-def _prompts(model: spec_actor.Model, n: int, seed: int) -> list[list[int]]:
-    """n prompts of 8 to 60 tokens, each a random phrase repeated (n-gram drafters find drafts in them)."""
-    rng = random.Random(seed)
-    n_vocab = model.info.n_vocab
-    prompts = []
-    for _ in range(n):
-        phrase = [rng.randrange(1, n_vocab) for _ in range(rng.randrange(3, 9))]
-        prompts.append((phrase * 20)[:rng.randrange(8, 61)])
-    return prompts
 
 
 def _alone(model: spec_actor.Model, spec: Spec | str, prompt: list[int], **options: Any) -> list[int]:
@@ -75,7 +64,7 @@ async def _all_at_once(pool: Any, prompts: list[list[int]], **options: Any) -> l
 
 
 def _model(request: pytest.FixtureRequest, spec: Spec | str) -> spec_actor.Model:
-    # auto on a model loaded with its MTP layer drafts with MTP (a draft context): not batched
+    # auto without a model drafter here; with the MTP layer loaded: tests/test_engine_draft_context.py
     return request.getfixturevalue("hybrid_model_without_mtp" if spec == "auto" else "hybrid_model")
 
 
@@ -93,7 +82,7 @@ def _options(i: int, sampled: bool) -> dict[str, Any]:
                          ids=["none", "ngram-simple", "auto"])
 async def test_eight_hybrid_requests_in_one_batch_equal_their_lone_runs(request, spec, sampled):
     model = _model(request, spec)
-    prompts = _prompts(model, 8, seed=21)
+    prompts = repeated_phrase_prompts(model, 8, seed=21)
     expected = [_alone(model, spec, p, **_options(i, sampled)) for i, p in enumerate(prompts)]
     async with _open(model, spec, 8) as pool:
         assert pool.batched
@@ -118,7 +107,7 @@ async def test_eight_hybrid_requests_in_one_batch_equal_their_lone_runs(request,
 async def test_more_sequences_than_n_ubatch_split_into_equal_micro_batches(hybrid_model):  # noqa: F811
     """llama.cpp's split_equal may take n_ubatch + 1 one-token sequences into one micro-batch; it must
     neither abort nor change a token."""
-    prompts = _prompts(hybrid_model, 8, seed=34)
+    prompts = repeated_phrase_prompts(hybrid_model, 8, seed=34)
     expected = [_alone(hybrid_model, NGRAM, p, max_tokens=N, temp=0.0) for p in prompts]
     async with open_pool(hybrid_model, size=8, spec=NGRAM, n_ctx=N_CTX, n_batch=64, n_ubatch=2, memory=0,
                          n_threads=1) as pool:
@@ -146,7 +135,7 @@ async def test_rejected_drafts_roll_back_each_sequences_own_state_in_the_batch(h
     """Every rejection on the hybrid restores that sequence's checkpoint (no n_rs_seq snapshots without
     a draft context) and re-verifies the accepted prefix plus the correction: that step emits
     accepted + 2 tokens, which no other path does."""
-    prompts = _prompts(hybrid_model, 6, seed=5)
+    prompts = repeated_phrase_prompts(hybrid_model, 6, seed=5)
     expected = [_alone(hybrid_model, NGRAM, p, max_tokens=N, temp=0.0) for p in prompts]
     async with _open(hybrid_model, NGRAM, 6) as pool:
         assert pool.batched
@@ -162,7 +151,7 @@ async def test_rejected_drafts_roll_back_each_sequences_own_state_in_the_batch(h
 
 async def test_cancelling_one_hybrid_sequence_leaves_the_others_and_its_next_request_exact(hybrid_model):  # noqa: F811
     rng = random.Random(13)
-    prompts = _prompts(hybrid_model, 5, seed=8)
+    prompts = repeated_phrase_prompts(hybrid_model, 5, seed=8)
     prompts[4] = (prompts[4] * 10)[:150]  # the victim: a long prompt, prefilled over several steps
     expected = [_alone(hybrid_model, NGRAM, p, max_tokens=N, temp=0.0) for p in prompts]
     reused_after_decode = 0
@@ -209,7 +198,7 @@ def test_a_decode_cut_midway_on_one_sequence_leaves_the_others_state(hybrid_mode
     rng = random.Random(17)
     n_vocab = hybrid_model.info.n_vocab
     options = {"n_ctx": 2048, "n_batch": 2048, "n_ubatch": 256, "n_threads": 1}
-    first = _prompts(hybrid_model, 1, seed=40)[0]
+    first = repeated_phrase_prompts(hybrid_model, 1, seed=40)[0]
     spec_actor.set_log_level(2)  # llama.cpp's warning on a cut decode tells that the cancel landed midway
     try:
         with Session(hybrid_model, spec=NGRAM, n_seq=2, **options) as session:
