@@ -192,6 +192,7 @@ void AutoDrafter::draft(const DraftInput & in, llama_tokens & draft) {
     step_pos_ = in.n_past;
     pending_ = true;
     ++steps_;
+    choice_ = CheapChoice{};
     const int32_t n_max = std::min(in.n_max, n_cap_);
     if (n_max <= 0) return;
     const DraftInput capped{n_max, in.n_past, in.id_last, in.prompt_tgt};
@@ -202,30 +203,30 @@ void AutoDrafter::draft(const DraftInput & in, llama_tokens & draft) {
 
     // Until a step was timed, costs are in the cost line's relative units:
     // leave draft times out of them.
-    const bool timed = verify_.measured();
-    const double d_cheap = timed ? cheap_cost() : 0.0;
-    const double s = timed ? sample_us_ : 0.0;
+    choice_.timed = verify_.measured();
+    choice_.d_cheap = choice_.timed ? cheap_cost() : 0.0;
+    choice_.s = choice_.timed ? sample_us_ : 0.0;
     std::vector<Offer> offers;
-    std::vector<Arm *> offered;
     for (Arm & arm : cheap_) {
         if (!arm.proposed) continue;
         arm.accept.expected(arm.expected, first_prior_);
         offers.push_back({&arm.expected, (int32_t) arm.proposal.size()});
-        offered.push_back(&arm);
+        choice_.offered.push_back(&arm);
     }
-    const OfferChoice choice = choose_offer(offers, verify_, d_cheap, s, in.share);
-    const double best_rate = choice.length.rate;
-    Arm * best = choice.offer >= 0 ? offered[(size_t) choice.offer] : nullptr;
-    int32_t best_n = choice.length.n;
-    const bool explores = steps_ % kExploreEvery == 0;
-    if (explores) explore(best, best_n);
+    const OfferChoice choice = choose_offer(offers, verify_, choice_.d_cheap, choice_.s, in.share);
+    choice_.rate = choice.length.rate;
+    choice_.best = choice.offer >= 0 ? choice_.offered[(size_t) choice.offer] : nullptr;
+    choice_.n = choice.length.n;
+    choice_.explores = steps_ % kExploreEvery == 0;
+    if (choice_.explores) explore(choice_.best, choice_.n);
 
     if (model_ != nullptr && !dropped_) {
         const int32_t n_m = std::min(model_n_max_, n_max);
         model_arm_.accept.expected(model_arm_.expected, first_prior_);
-        const double d_m = timed && model_arm_.costed ? model_arm_.cost_us : 0.0;
-        const double rate_m = best_length(model_arm_.expected, verify_, n_m, n_m, d_cheap + d_m, s, 0, in.share).rate;
-        const bool on_merit = rate_m > best_rate * kLongerMustBeat;
+        const double d_m = choice_.timed && model_arm_.costed ? model_arm_.cost_us : 0.0;
+        const double rate_m =
+            best_length(model_arm_.expected, verify_, n_m, n_m, choice_.d_cheap + d_m, choice_.s, 0, in.share).rate;
+        const bool on_merit = rate_m > choice_.rate * kLongerMustBeat;
         // an arm on trial drafts at least once before it is judged
         const bool owed = !lazy_ && judged_drafts_ == 0 && judged_steps_ + 1 >= kJudgeAfter;
         if (on_merit || owed || steps_ - last_model_step_ >= model_explore_every_) {
@@ -236,31 +237,55 @@ void AutoDrafter::draft(const DraftInput & in, llama_tokens & draft) {
             const int64_t t0 = ggml_time_us();
             model_arm_.proposed = false;
             // catching up is part of what this arm costs
-            if (catch_up(model_in)) draft_with(model_arm_, model_in, ggml_time_us() - t0);
-            warm_ = model_arm_.proposed;
-            if (model_arm_.proposed) {
-                draft = model_arm_.proposal;
-                chosen_ = model_id_;
-                last_n_ = (int32_t) draft.size();
-                expected_ = expected_at(model_arm_.expected, last_n_);
-                if (timed) {  // what judge() weighs its tokens against
-                    alt_rate_ = best_rate;
-                    model_step_us_ = verify_.at(last_n_) + d_cheap + model_arm_.cost_us;
-                    model_sample_us_ = s;
+            if (catch_up(model_in)) {
+                if (in.defer && request_draft(model_, model_id_, seq_, model_in, model_arm_.proposal)) {
+                    model_pending_ = true;
+                    model_wait_us_ = ggml_time_us() - t0;
+                    return;
                 }
-                return;
+                draft_with(model_arm_, model_in, ggml_time_us() - t0);
             }
+            if (take_model_draft(draft)) return;
         }
     }
+    take_cheap_choice(draft);
+}
+
+void AutoDrafter::finish_draft(llama_tokens & draft, int64_t t_us) {
+    model_pending_ = false;
+    note_cost(model_arm_, model_wait_us_ + t_us);
+    model_arm_.proposed = !model_arm_.proposal.empty();
+    if (model_arm_.proposed) model_drafted_ = true;
+    if (!take_model_draft(draft)) take_cheap_choice(draft);
+}
+
+bool AutoDrafter::take_model_draft(llama_tokens & draft) {
+    warm_ = model_arm_.proposed;
+    if (!model_arm_.proposed) return false;
+    draft = model_arm_.proposal;
+    chosen_ = model_id_;
+    last_n_ = (int32_t) draft.size();
+    expected_ = expected_at(model_arm_.expected, last_n_);
+    if (choice_.timed) {  // what judge() weighs its tokens against
+        alt_rate_ = choice_.rate;
+        model_step_us_ = verify_.at(last_n_) + choice_.d_cheap + model_arm_.cost_us;
+        model_sample_us_ = choice_.s;
+    }
+    return true;
+}
+
+void AutoDrafter::take_cheap_choice(llama_tokens & draft) {
     warm_ = false;
-    offered_ = best;
-    if (best != nullptr) resize(best_n, draft);
-    adjustable_ = !explores;
+    offered_ = choice_.best;
+    if (choice_.best != nullptr) resize(choice_.n, draft);
+    adjustable_ = !choice_.explores;
     // after a plain choice, the proposal whose first token is likeliest accepted
-    for (size_t i = 0; adjustable_ && best == nullptr && i < offered.size(); ++i) {
-        if (offered_ == nullptr || offered[i]->expected[1] > offered_->expected[1]) offered_ = offered[i];
+    for (size_t i = 0; adjustable_ && choice_.best == nullptr && i < choice_.offered.size(); ++i) {
+        Arm * arm = choice_.offered[i];
+        if (offered_ == nullptr || arm->expected[1] > offered_->expected[1]) offered_ = arm;
     }
 }
+
 bool AutoDrafter::offer(DraftOption & out) const {
     if (!adjustable_ || offered_ == nullptr) return false;
     out = {&offered_->expected, (int32_t) offered_->proposal.size()};

@@ -58,7 +58,11 @@ public:
     void begin(const RunStart & start) override;
 
     // Every arm proposes; the best expected tokens per microsecond is verified.
+    // With in.defer, a model draft stays pending for the engine's shared call.
     void draft(const DraftInput & in, llama_tokens & draft) override;
+    bool pending() const override { return model_pending_; }
+    // The model's draft, or the cheap choice when it drafted nothing.
+    void finish_draft(llama_tokens & draft, int64_t t_us) override;
 
     // Sampling stops at the first rejected position: it costs per token made,
     // like plain decoding's, not per token drafted. Uncommitted tokens (a
@@ -164,6 +168,22 @@ private:
     bool model_drafted_ = false;  // the model drafter has drafted once (it may accept)
     bool pending_ = false;  // draft() ran and observe() has not yet
     double first_prior_ = PositionAcceptance::kGreedyFirstPrior;
+
+    // The cheap arms' best choice of this step, kept while a model draft is pending.
+    struct CheapChoice {
+        Arm * best = nullptr;        // null: plain
+        int32_t n = 0;               // its length
+        double rate = 0;             // its expected tokens per microsecond
+        bool explores = false;       // an exploring step
+        bool timed = false;          // costs are in microseconds
+        double d_cheap = 0, s = 0;   // the cheap arms' draft time and sampling per token
+        std::vector<Arm *> offered;  // the arms that proposed
+    };
+    CheapChoice choice_;
+    bool model_pending_ = false;    // the model arm's draft waits for the engine's shared call
+    int64_t model_wait_us_ = 0;     // ... and what it cost before that call (catching up)
+    bool take_model_draft(llama_tokens & draft);
+    void take_cheap_choice(llama_tokens & draft);
 
     void propose_from_memory(int32_t n_max);
     void note_cost(Arm & arm, int64_t dt_us);

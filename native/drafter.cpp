@@ -9,11 +9,10 @@
 
 namespace sa {
 
-int64_t draft_call(common_speculative * spec, int32_t type, llama_seq_id seq, const DraftInput & in, llama_tokens & draft) {
+bool request_draft(common_speculative * spec, int32_t type, llama_seq_id seq, const DraftInput & in, llama_tokens & draft) {
     draft.clear();
-    if (in.n_max <= 0) return 0;
-    if (type == SA_SPEC_NGRAM_CACHE && !ngram_cache_can_draft(in.prompt_tgt.size() + 1)) return 0;
-    const int64_t t0 = ggml_time_us();
+    if (in.n_max <= 0) return false;
+    if (type == SA_SPEC_NGRAM_CACHE && !ngram_cache_can_draft(in.prompt_tgt.size() + 1)) return false;
     common_speculative_get_draft_params(spec, seq) = {
         /* .drafting = */ true,
         /* .n_max    = */ in.n_max,
@@ -22,6 +21,12 @@ int64_t draft_call(common_speculative * spec, int32_t type, llama_seq_id seq, co
         /* .prompt   = */ &in.prompt_tgt,
         /* .result   = */ &draft,
     };
+    return true;
+}
+
+int64_t draft_call(common_speculative * spec, int32_t type, llama_seq_id seq, const DraftInput & in, llama_tokens & draft) {
+    if (!request_draft(spec, type, seq, in, draft)) return 0;
+    const int64_t t0 = ggml_time_us();
     common_speculative_draft(spec);
     if ((int32_t) draft.size() > in.n_max) draft.resize((size_t) in.n_max);
     return ggml_time_us() - t0;
@@ -44,7 +49,15 @@ public:
     void draft(const DraftInput & in, llama_tokens & draft) override {
         DraftInput capped{std::min(in.n_max, n_), in.n_past, in.id_last, in.prompt_tgt};
         called_ = capped.n_max > 0;
-        draft_call(spec_, type_, seq_, capped, draft);
+        pending_draft_ = in.defer && request_draft(spec_, type_, seq_, capped, draft);
+        if (!pending_draft_) draft_call(spec_, type_, seq_, capped, draft);
+        last_ = draft.empty() ? SA_SPEC_NONE : type_;
+    }
+
+    bool pending() const override { return pending_draft_; }
+
+    void finish_draft(llama_tokens & draft, int64_t /*t_us*/) override {
+        pending_draft_ = false;
         last_ = draft.empty() ? SA_SPEC_NONE : type_;
     }
 
@@ -67,6 +80,7 @@ private:
     int32_t n_;
     llama_seq_id seq_;
     bool called_ = false;  // the drafter ran for the step being verified
+    bool pending_draft_ = false;  // flagged for the engine's shared draft call
     int32_t last_ = SA_SPEC_NONE;
 };
 
@@ -85,7 +99,9 @@ public:
     void draft(const DraftInput & in, llama_tokens & draft) override {
         asked_ = std::min(in.n_max, adaptive_.choose());
         pending_ = true;
-        FixedDrafter::draft(DraftInput{asked_, in.n_past, in.id_last, in.prompt_tgt}, draft);
+        DraftInput asked{asked_, in.n_past, in.id_last, in.prompt_tgt};
+        asked.defer = in.defer;
+        FixedDrafter::draft(asked, draft);
     }
 
     void observe(const StepOutcome & out) override {

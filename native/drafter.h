@@ -31,6 +31,10 @@ struct DraftInput {
     llama_token id_last;               // the newest token, verified with the draft
     const llama_tokens & prompt_tgt;   // the tokens before id_last
     BatchShare share{};                // what the other sequences put into this step's decode
+    // The engine drafts for every sequence of a shared common_speculative in
+    // one call after all of them asked (docs/decisions/0070): a model draft
+    // may stay pending (Drafter::pending) until finish_draft().
+    bool defer = false;
 };
 
 // One verified step.
@@ -48,8 +52,15 @@ class Drafter {
 public:
     virtual ~Drafter() = default;
     virtual void begin(const RunStart & start) = 0;
-    // Fills draft with at most in.n_max tokens (empty: a plain step).
+    // Fills draft with at most in.n_max tokens (empty: a plain step); with
+    // in.defer, a draft of the shared common_speculative may be left pending.
     virtual void draft(const DraftInput & in, llama_tokens & draft) = 0;
+    // Whether the last draft() left its sequence flagged in the shared
+    // common_speculative's draft parameters: once the engine's one
+    // common_speculative_draft call filled it, finish_draft() completes the
+    // draft (t_us: this sequence's share of that call's time).
+    virtual bool pending() const { return false; }
+    virtual void finish_draft(llama_tokens & draft, int64_t t_us) { (void) draft; (void) t_us; }
     // Feeds a batch the target decoded to the drafter's own context (a draft
     // model, EAGLE-3, MTP, DFlash read it). false: the drafter failed.
     virtual bool process(const common_batch & batch) = 0;
@@ -76,9 +87,13 @@ public:
     virtual bool catches_up() const { return false; }
 };
 
-// One draft call for sequence seq of a common_speculative, with its guard
-// (ngram-cache needs 4 tokens of context) and its timing: draft gets at most
-// n_max tokens. Returns the microseconds it took (0 when the guard skipped it).
+// Flags sequence seq of a common_speculative to draft at most in.n_max
+// tokens into draft at its next common_speculative_draft call, with its
+// guard (ngram-cache needs 4 tokens of context). false: nothing to draft.
+bool request_draft(common_speculative * spec, int32_t type, llama_seq_id seq, const DraftInput & in, llama_tokens & draft);
+
+// One draft call for sequence seq alone (request_draft, then the call), with
+// its timing. Returns the microseconds it took (0 when nothing was asked).
 int64_t draft_call(common_speculative * spec, int32_t type, llama_seq_id seq, const DraftInput & in, llama_tokens & draft);
 
 // A fixed speculative type with a fixed draft length (llama.cpp's loop), for

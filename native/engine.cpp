@@ -122,6 +122,25 @@ bool feed_shared_draft_context(sa_session & s, const common_batch & batch) {
     return common_speculative_process(s.spec, batch);
 }
 
+// The drafts that the step's sequences left pending on the shared
+// common_speculative, made in one call (docs/decisions/0070): a draft model
+// or MTP decodes each draft position once for all of them, not once per
+// sequence. Each pays an equal share of the call's time.
+void draft_together(sa_session & s, std::vector<Sequence *> & drafting) {
+    std::vector<Sequence *> pending;
+    for (Sequence * q : drafting) {
+        if (q->draft_pending()) pending.push_back(q);
+    }
+    if (pending.empty()) return;
+    const int64_t t0 = ggml_time_us();
+    common_speculative_draft(s.spec);
+    const int64_t share_us = (ggml_time_us() - t0) / (int64_t) pending.size();
+    bool ended = false;
+    for (Sequence * q : pending) ended |= !q->finish_draft(share_us);
+    if (ended) drafting.erase(std::remove_if(drafting.begin(), drafting.end(), [](Sequence * q) { return q->ended(); }),
+                              drafting.end());
+}
+
 // One step for the sequences given: those already decoding draft first (so
 // a prompt never crowds out a verification), their drafts are chosen
 // together, then prompts take what is left; one decode, each takes its
@@ -141,14 +160,16 @@ void step(sa_session & s, const std::vector<Sequence *> & seqs) {
     std::vector<Sequence *> drafting;
     int32_t used = 0;
     double e_before = 0;
+    const bool defer = shares_draft_context(s) && n_after >= 2;  // one draft call for all of them
     for (Sequence * q : seqs) {
         if (!visits(q, true)) continue;
         q->set_share(BatchShare{used + --n_after, e_before + n_after});
-        if (!q->draft_for_step(n_batch - used)) continue;
+        if (!q->draft_for_step(n_batch - used, defer)) continue;
         drafting.push_back(q);
         used += q->n_verify_tokens();
         e_before += q->expected_tokens();
     }
+    if (defer) draft_together(s, drafting);
     if (!prompts) allocate_step_drafts(drafting, n_batch);
     std::vector<Sequence *> in;
     for (Sequence * q : drafting) {

@@ -107,8 +107,8 @@ int32_t Sequence::plan(common_batch & batch, int32_t room, const std::vector<Seq
     return batch.size() - n0;
 }
 
-bool Sequence::draft_for_step(int32_t room) {
-    return begin_step() && prepare_verify(room);
+bool Sequence::draft_for_step(int32_t room, bool defer) {
+    return begin_step() && prepare_verify(room, defer);
 }
 
 bool Sequence::plan_prefill(common_batch & batch, int32_t room, const std::vector<Sequence *> & peers) {
@@ -151,10 +151,10 @@ void Sequence::begin_decoding() {
     phase_ = Phase::Decode;
 }
 
-bool Sequence::prepare_verify(int32_t room) {
+bool Sequence::prepare_verify(int32_t room, bool defer) {
     if (room <= 0) return false;
     if (draft_.empty()) {
-        if (!draft_step(room)) return false;
+        if (!draft_step(room, defer)) return false;
         drafted_now_ = true;
     }
     if ((int32_t) draft_.size() + 1 > room) return false;  // a re-verification waits for a step with room
@@ -202,7 +202,7 @@ void Sequence::rollback_failed(const char * what) {
                    "; the request ended here and the session is ready for the next one");
 }
 
-bool Sequence::draft_step(int32_t room) {
+bool Sequence::draft_step(int32_t room, bool defer) {
     if (!drafter_) return true;
     rb_.n_tokens = (int64_t) prompt_tgt_.size();
     rb_.pos_max = llama_memory_seq_pos_max(mem_tgt_, seq_);
@@ -214,8 +214,23 @@ bool Sequence::draft_step(int32_t room) {
     const int32_t n_budget =
         first_token ? 0 : std::max(std::min({n_ctx_ - n_past_ - 2, p_.max_tokens - n_emitted_ - 1, room - 1}), 0);
     const int64_t t0 = ggml_time_us();
-    drafter_->draft(DraftInput{n_budget, n_past_, id_last_, prompt_tgt_, share_}, draft_);
+    drafter_->draft(DraftInput{n_budget, n_past_, id_last_, prompt_tgt_, share_, defer}, draft_);
     t_draft_us_ = ggml_time_us() - t0;
+    n_pending_max_ = n_budget;
+    return drafter_->pending() || end_draft();
+}
+
+bool Sequence::draft_pending() const { return verify_planned_ && drafted_now_ && drafter_ && drafter_->pending(); }
+
+bool Sequence::finish_draft(int64_t t_us) {
+    drafter_->finish_draft(draft_, t_us);
+    t_draft_us_ += t_us;
+    if (end_draft()) return true;
+    verify_planned_ = false;
+    return false;
+}
+
+bool Sequence::end_draft() {
     stats_.add(&Counters::t_draft_us, t_draft_us_);
     note_draft_in_use();
     if (s_.ctx_dft) {

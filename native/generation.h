@@ -60,11 +60,20 @@ public:
     // re-verification that waits for room). Then, optionally, the step cuts or
     // extends the draft along what offer() describes (resize_draft), and
     // add_verify puts [last, drafts...] into batch (false: the request ended).
-    bool draft_for_step(int32_t room);
+    // defer: a draft of the shared common_speculative may stay pending
+    // (draft_pending) until the engine's one draft call for every sequence
+    // filled it; finish_draft completes it (t_us: this sequence's share of
+    // the call; false: the request ended).
+    bool draft_for_step(int32_t room, bool defer = false);
+    bool draft_pending() const;
+    bool finish_draft(int64_t t_us);
     bool offer(DraftOption & out) const;
     const StepCost * step_cost() const { return drafter_->step_cost(); }  // after offer() gave one
     void resize_draft(int32_t n);
-    int32_t n_verify_tokens() const { return verify_planned_ ? (int32_t) draft_.size() + 1 : 0; }
+    // [last, drafts...]'s tokens (a pending draft: at most)
+    int32_t n_verify_tokens() const {
+        return verify_planned_ ? (draft_pending() ? n_pending_max_ : (int32_t) draft_.size()) + 1 : 0;
+    }
     bool add_verify(common_batch & batch);
     // After a decode that held this sequence's tokens; t_us: the decode's time.
     void complete(const common_batch & batch, int64_t t_us);
@@ -137,6 +146,7 @@ private:
     int32_t i_verify_ = -1;                // batch index of [last, drafts...]; -1: none this step
     bool verify_planned_ = false;          // [last, drafts...] goes into this step's batch
     bool drafted_now_ = false;             // draft_ was drafted this step (not a re-verification)
+    int32_t n_pending_max_ = 0;            // the longest draft it asked for
     int64_t t_draft_us_ = 0;               // drafting time of this step
     int64_t t_checkpoint_us_ = 0;          // saving the target's state before verifying
     BatchShare share_;                     // the other sequences' part of this step's decode
@@ -155,9 +165,12 @@ private:
     // The drafter's draft length in use goes to the statistics.
     void note_draft_in_use();
     // Drafts (or keeps a re-verification) for this step; true: it verifies.
-    bool prepare_verify(int32_t room);
+    bool prepare_verify(int32_t room, bool defer = false);
     // Drafts into draft_ (and saves the rollback point); false: the request ended.
-    bool draft_step(int32_t room);
+    bool draft_step(int32_t room, bool defer);
+    // After the draft is complete: its time and length to the statistics, the
+    // draft context back to the target's tokens; false: the request ended.
+    bool end_draft();
     // n_others: tokens of other sequences in the decode.
     void verified(int64_t t_us, int32_t n_others);
     bool needs_checkpoint(int32_t n) const { return s_.use_ckpt_tgt || (n_rs_ > 0 && n > n_rs_); }
