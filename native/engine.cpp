@@ -141,6 +141,35 @@ void draft_together(sa_session & s, std::vector<Sequence *> & drafting) {
                               drafting.end());
 }
 
+// Prompt tokens after which a step takes no further prompt: enough for a
+// decode at full speed, few enough that prompts arriving together begin
+// decoding one after another (docs/decisions/0071).
+constexpr int32_t kPrefillQuantum = 256;
+
+// The step's prompt chunks, at most capacity tokens in the batch: shortest
+// prompt left first, until the step holds kPrefillQuantum prompt tokens.
+// Eight prompts that arrive together then have their first tokens spread
+// over the time of their joint prefill, not all at its end (the median time
+// to first token about halves), and the sequences that start first decode
+// in the later prompts' steps. A cancelled one ends now, whether or not its
+// prompt fits in this step.
+void add_prompts(common_batch & batch, int32_t capacity, const std::vector<Sequence *> & seqs,
+                 std::vector<Sequence *> & in) {
+    std::vector<Sequence *> prompts;
+    for (Sequence * q : seqs) {
+        if (!q->ended() && q->runnable() && !q->decoding() && q->begin_step()) prompts.push_back(q);
+    }
+    std::stable_sort(prompts.begin(), prompts.end(),
+                     [](const Sequence * a, const Sequence * b) { return a->prefill_left() < b->prefill_left(); });
+    int32_t n_prompt = 0;
+    for (Sequence * q : prompts) {
+        if (n_prompt >= kPrefillQuantum) break;
+        const int32_t n = q->plan(batch, capacity - batch.size(), seqs);
+        if (n > 0) in.push_back(q);
+        n_prompt += n;
+    }
+}
+
 // One step for the sequences given: those already decoding draft first (so
 // a prompt never crowds out a verification), their drafts are chosen
 // together, then prompts take what is left; one decode, each takes its
@@ -175,12 +204,12 @@ void step(sa_session & s, const std::vector<Sequence *> & seqs) {
     for (Sequence * q : drafting) {
         if (q->add_verify(batch)) in.push_back(q);
     }
-    // prompts take what the decoding sequences left, cut to the latency target
-    const int32_t capacity = step_capacity(s, n_batch, batch.size(), cuts_prompts(seqs));
-    for (Sequence * q : seqs) {
-        if (!visits(q, false)) continue;
-        if (q->plan(batch, capacity - batch.size(), seqs) > 0) in.push_back(q);
-    }
+    // prompts take what the decoding sequences left, cut to the latency
+    // target; none when the step makes a sequence's first token, which then
+    // waits for no other prompt's prefill (docs/decisions/0071)
+    const bool first_token = std::any_of(in.begin(), in.end(), [](const Sequence * q) { return q->awaits_first_token(); });
+    const int32_t capacity = first_token ? batch.size() : step_capacity(s, n_batch, batch.size(), cuts_prompts(seqs));
+    add_prompts(batch, capacity, seqs, in);
     if (in.empty()) return;
     e.sole.store(in.size() == 1 ? in[0]->slot().seq : -1);
     const int64_t t0 = ggml_time_us();

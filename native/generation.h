@@ -30,6 +30,8 @@ public:
     const Slot & slot() const { return slot_; }
     // Whether its prompt is in and it drafts and verifies.
     bool decoding() const { return phase_ == Phase::Decode; }
+    // Whether its prompt is in and its first token not yet made.
+    bool awaits_first_token() const { return phase_ == Phase::Decode && n_emitted_ == 0; }
 
     // Whether a step should visit it: not paused by its reader, or cancelled.
     bool runnable() const { return slot_.pauses.load() <= 0 || cancelled(); }
@@ -40,6 +42,7 @@ public:
     const llama_tokens & held() const { return prompt_tgt_; }  // tokens whose state its cells hold
     const int32_t * prefill_tokens() const { return p_.prompt; }
     int32_t n_prefill() const { return p_.n_prompt - 1; }  // the prompt tokens it prefills
+    int32_t prefill_left() const { return n_prefill() - (int32_t) prompt_tgt_.size(); }  // ... not yet in its cells
     // The engine step under way (Engine::epoch) when it was admitted, and
     // the one it began decoding in.
     void admit(uint64_t epoch) { admitted_in_ = epoch; }
@@ -48,6 +51,10 @@ public:
     // Tokens it holds once this step's decode is done.
     int32_t reach() const { return std::max((int32_t) prompt_tgt_.size(), i_chunk1_); }
 
+    // Clears the step's part of the batch; starts the request on its first
+    // step (its prefix cache resumes); false when it ended or is cancelled
+    // now (then it finishes). plan() and draft_for_step() begin with it.
+    bool begin_step();
     // A step, before the decode: starts the request on its first step, ends it
     // when cancelled, else adds its tokens to batch (at most room of them: a
     // prompt chunk, and/or [last, drafts...]). peers: the step's sequences
@@ -159,9 +166,6 @@ private:
     // Copies what another slot holds of the prompt beyond prompt_tgt_;
     // false: it should wait for a sequence prefilling the same tokens.
     bool share_prefill(const std::vector<Sequence *> & peers, int32_t n);
-    // Clears the step's part of the batch; starts the request on its first
-    // step; false when it ended or is cancelled now (then it finishes).
-    bool begin_step();
     // The drafter's draft length in use goes to the statistics.
     void note_draft_in_use();
     // Drafts (or keeps a re-verification) for this step; true: it verifies.

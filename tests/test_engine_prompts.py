@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import random
 import threading
+import time
 from typing import Any
 
 import pytest
@@ -167,3 +168,55 @@ def test_a_long_prompt_is_cut_into_chunks_while_another_sequence_decodes(gemma):
 def test_prefill_step_ms_is_checked(tiny_target):  # noqa: F811
     with pytest.raises(spec_actor.ConfigError, match="prefill_step_ms"):
         Session(tiny_target, prefill_step_ms=-1)
+
+
+def test_prompts_that_arrive_together_start_shortest_first_and_a_first_token_waits_for_no_prefill(tiny_target):  # noqa: F811
+    """Three prompts (30, 600 and 600 tokens) reach the engine in one step, beside a decoding sequence.
+    Shortest first, a step takes prompts until it holds 256 of their tokens: the 30 and one 600, then
+    the other 600 in a later step. A step that makes a first token takes no prompt, so that token never
+    waits for another prompt's prefill. Counted in engine steps, each first token's step read inside it."""
+    rng = random.Random(11)
+    n_vocab = tiny_target.info.n_vocab
+    prompts = {1: [rng.randrange(1, n_vocab) for _ in range(30)],
+               2: [rng.randrange(1, n_vocab) for _ in range(600)],
+               3: [rng.randrange(1, n_vocab) for _ in range(600)]}
+    gate, held = threading.Event(), threading.Event()
+    first: dict[int, int] = {}
+
+    def decoder_events(events: list[Any]) -> bool:
+        if not gate.is_set():  # hold the step in which the decoder's first token came
+            held.set()
+            gate.wait(60)
+        return True
+
+    def first_token_step(seq: int):
+        def on_events(events: list[Any]) -> bool:
+            if seq not in first and any(isinstance(ev, Token) for ev in events):
+                first[seq] = session.steps()  # inside the step that made it
+            return True
+        return on_events
+
+    with Session(tiny_target, spec="none", n_ctx=1024, n_seq=4, n_batch=1024, n_ubatch=512, n_threads=1,
+                 prefill_step_ms=0, prefix_cache=False) as session:
+        decoder = threading.Thread(target=session.run, args=([5, 6, 7],),
+                                   kwargs={"seq": 0, "max_tokens": 200, "temp": 0.0, "on_events": decoder_events})
+        decoder.start()
+        runs = [threading.Thread(target=session.run, args=(prompts[seq],),
+                                 kwargs={"seq": seq, "max_tokens": 2, "temp": 0.0,
+                                         "on_events": first_token_step(seq)}) for seq in prompts]
+        try:
+            assert held.wait(60)
+            for t in runs:
+                t.start()
+            time.sleep(1.0)  # all three admitted while the held step is under way
+            gate.set()
+            for t in runs:
+                t.join(60)
+        finally:
+            gate.set()
+            session.cancel(0)
+            decoder.join(60)
+    assert sorted(first) == [1, 2, 3]
+    # the 30 and one 600 (the one admitted first) prefill in one step and make their first tokens in the
+    # next (no prompt in it); the other 600 prefills in the step after that, its first token one step later
+    assert sorted([first[2], first[3]]) == [first[1], first[1] + 2], first
