@@ -114,9 +114,6 @@ sa_status make_drafter(sa_session & s, common_speculative * spec, llama_seq_id s
 // Spec("auto"): the chooser of slot seq over spec (its model drafter, or null).
 sa_status make_auto_drafter(sa_session & s, common_speculative * spec, llama_seq_id seq, std::unique_ptr<Drafter> & out);
 
-// Whether the session's plan allows n_seq > 1 (sa_session_can_batch).
-bool plan_batches(const sa_session & s);
-
 // Whether the session's draft context serves several sequences: its
 // common_speculative is shared by the slots' drafters, and the engine feeds
 // it each decoded batch once (docs/decisions/0069).

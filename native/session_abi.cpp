@@ -52,11 +52,6 @@ sa_status sa_session_new(sa_model * model, const sa_context_params * cparams, co
         s->sparams = *sparams;
         s->sparams.draft_model = nullptr;
         plan_drafting(*s, *cparams);
-        if (cparams->n_seq > 1 && !plan_batches(*s)) {
-            return fail(SA_ERR_INVALID_ARG, "n_seq=" + std::to_string(cparams->n_seq) + " does not work with " +
-                        spec_type_name(s->plan.type) + " drafting yet; use n_seq=1 (open_pool then runs one "
-                        "session per request) or another spec");
-        }
         sa_status st2 = check_spec_models(s->plan.type, *model, s->draft_model);
         if (st2 == SA_OK) st2 = check_ubatch(s->plan.type, s->plan.n_draft, *model, *cparams);
         if (st2 == SA_OK) st2 = create_session(*s, *cparams);
@@ -96,13 +91,8 @@ sa_status sa_session_run_seq(sa_session * s, int32_t seq, const sa_run_params * 
 int32_t sa_session_n_seq(const sa_session * s) { return s ? s->n_seq : 0; }
 
 int32_t sa_session_can_batch(const sa_model * model, const sa_context_params * cparams, const sa_spec_params * sparams) {
-    if (model == nullptr || cparams == nullptr || sparams == nullptr || model->vocab_only) return 0;
-    sa_session probe;  // holds no references and no contexts: only the plan
-    probe.model = const_cast<sa_model *>(model);
-    probe.draft_model = sparams->draft_model;
-    probe.sparams = *sparams;
-    plan_drafting(probe, *cparams);
-    return plan_batches(probe) ? 1 : 0;
+    // every spec batches (docs/decisions/0050, 0061, 0069); a model loaded for its vocabulary only runs nothing
+    return model != nullptr && cparams != nullptr && sparams != nullptr && !model->vocab_only ? 1 : 0;
 }
 
 namespace {

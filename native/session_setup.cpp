@@ -53,6 +53,9 @@ common_params_speculative make_spec_params(const sa_session & s) {
     ps.draft.p_split = p.p_split;
     ps.draft.ctx_tgt = s.ctx_tgt;
     ps.draft.ctx_dft = s.ctx_dft;
+    // DFlash's block drafted with llama.cpp's backend samplers gave the last
+    // of several sequences token ids read from the wrong buffer (decision 0069)
+    if (s.n_seq > 1 && spec_facts(s.plan.type).noncausal_block) ps.draft.backend_sampling = false;
     const common_params_speculative_ngram_map map{(uint16_t) p.ngram_size_n, (uint16_t) p.ngram_size_m, (uint16_t) p.ngram_min_hits};
     ps.ngram_simple = map;
     ps.ngram_map_k = map;
@@ -187,16 +190,6 @@ sa_status make_drafter(sa_session & s, common_speculative * spec, llama_seq_id s
             : make_fixed_drafter(spec, type, s.plan.n_draft, seq);
     }
     return SA_OK;
-}
-
-bool plan_batches(const sa_session & s) {
-    // Recurrent and hybrid targets batch too: one state per sequence
-    // (n_seq_max), rolled back from per-sequence checkpoints or snapshots
-    // (docs/decisions/0061); a draft context holds every sequence too, one
-    // common_speculative drafting for each (docs/decisions/0069). Not
-    // DFlash: its non-causal block drafted garbage token ids for the last
-    // sequence of a shared draft context.
-    return !spec_facts(s.plan.type).noncausal_block;
 }
 
 void clear_memory(llama_context * ctx) {

@@ -296,8 +296,8 @@ sa_status sa_session_run_seq(sa_session * session, int32_t seq, const sa_run_par
                              const char * grammar_prefill, sa_event_cb cb, void * user);
 /* Sequences of the session (its n_seq). */
 int32_t sa_session_n_seq(const sa_session * session);
-/* Whether a session with these parameters may have n_seq > 1: not yet with
- * drafters that need a draft context (recurrent and hybrid targets batch). */
+/* Whether a session with these parameters may have n_seq > 1: every spec
+ * and architecture batches; 0 only for null arguments or a vocab-only model. */
 int32_t sa_session_can_batch(const sa_model * model, const sa_context_params * cparams, const sa_spec_params * sparams);
 /* Stop the request on seq within one step; clear re-arms it (any thread, lock-free). */
 void sa_session_cancel_seq(sa_session * session, int32_t seq);

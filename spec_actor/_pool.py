@@ -158,7 +158,8 @@ async def open_pool(model: Model, *, size: int = 2, spec: Spec | str = DEFAULT_S
     request's draft (docs/decisions/0050); recurrent and hybrid models too,
     one recurrent state per sequence (docs/decisions/0061), and specs with
     a draft context (a draft model, MTP, EAGLE-3, DFlash), one draft context
-    for all sequences (docs/decisions/0069).
+    for all sequences (docs/decisions/0069). Only a spec that cannot be made
+    gives each actor its own session (which then says why).
     ``n_threads`` and ``n_threads_batch`` default to all CPUs; the
     process-wide thread budget shares them with the other sessions that
     generate at the same time (docs/decisions/0027).

@@ -21,6 +21,7 @@ from greedy_helpers import collect as _collect
 from tiny_model_fixtures import (  # noqa: F401
     hybrid_model,
     hybrid_model_without_mtp,
+    tiny_dflash,
     tiny_draft,
     tiny_paths,
     tiny_target,
@@ -238,11 +239,13 @@ async def test_each_requests_statistics_count_its_own_tokens(tiny_target):  # no
         assert total.requests == 4
 
 
-def test_every_spec_but_dflash_batches(hybrid_model, hybrid_model_without_mtp, tiny_target, tiny_draft):  # noqa: F811
+def test_every_spec_batches(hybrid_model, hybrid_model_without_mtp, tiny_target, tiny_draft, tiny_dflash):  # noqa: F811
     assert can_batch(tiny_target, "auto") and can_batch(tiny_target, "ngram-mod")
     # recurrent and hybrid targets batch (decision 0061), draft contexts too (decision 0069)
     assert can_batch(hybrid_model, "none") and can_batch(hybrid_model, "ngram-simple")
     assert can_batch(hybrid_model_without_mtp, "auto") and can_batch(hybrid_model, "auto")
+    assert can_batch(tiny_target, spec_actor.Spec("dflash", n_draft=3, draft_model=tiny_dflash))
+    assert not can_batch(tiny_target, "no-such-spec")
     draft_simple = spec_actor.Spec("draft-simple", draft_model=tiny_draft)
     assert can_batch(tiny_target, draft_simple)
     with Session(tiny_target, spec=draft_simple, n_ctx=N_CTX, n_seq=2) as session:

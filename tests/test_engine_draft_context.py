@@ -1,12 +1,13 @@
-"""Specs with a draft context in the batched engine (docs/decisions/0069).
+"""Specs with a draft context in the batched engine (docs/decisions/0069, 0070).
 
-A draft model, EAGLE-3 and MTP (fixed, and as auto's model arm on
+A draft model, EAGLE-3, DFlash and MTP (fixed, and as auto's model arm on
 the hybrid it was built for) run a pool's requests as the sequences of one
 session: one draft context holds every sequence, and one common_speculative
 drafts for each and reads each decoded batch once. Every request must give
 exactly what it gives alone on a plain session (float32 tiny models, greedy),
-and the model drafter must really draft in the batch: its accepted drafts are
-counted from each request's own events.
+and the model drafter must really draft in the batch: its drafts (accepted
+ones, where its random weights get any accepted) are counted from each
+request's own statistics.
 """
 
 from __future__ import annotations
@@ -74,6 +75,10 @@ def _spec(request: pytest.FixtureRequest, name: str) -> tuple[spec_actor.Model, 
         return request.getfixturevalue("tiny_target"), Spec("eagle3", n_draft=3,
                                                             draft_model=request.getfixturevalue("tiny_eagle3")), \
             "draft-eagle3"
+    if name == "dflash":
+        return request.getfixturevalue("tiny_target"), Spec("dflash", n_draft=3,
+                                                            draft_model=request.getfixturevalue("tiny_dflash")), \
+            "draft-dflash"
     if name == "auto-draft":  # auto's lazy draft-model arm: each sequence catches its own cells up
         return request.getfixturevalue("tiny_target"), Spec("auto", draft_model=request.getfixturevalue("tiny_draft")), \
             "draft-simple"
@@ -82,7 +87,7 @@ def _spec(request: pytest.FixtureRequest, name: str) -> tuple[spec_actor.Model, 
     return request.getfixturevalue("hybrid_model"), "auto", "draft-mtp"  # auto on the hybrid: its MTP arm
 
 
-@pytest.mark.parametrize("name", ["draft-simple", "eagle3", "auto-draft", "mtp-hybrid", "auto-hybrid"])
+@pytest.mark.parametrize("name", ["draft-simple", "eagle3", "dflash", "auto-draft", "mtp-hybrid", "auto-hybrid"])
 async def test_eight_requests_share_one_draft_context_and_equal_their_lone_plain_runs(request, name):
     model, spec, drafter = _spec(request, name)
     assert can_batch(model, spec)
@@ -94,12 +99,14 @@ async def test_eight_requests_share_one_draft_context_and_equal_their_lone_plain
         session = pool.actors[0].session
         results = await _all_at_once(pool, prompts)
         steps = session.steps()
-    accepted = 0
+    drafted = accepted = 0
     for i, (tokens, events) in enumerate(results):
         assert isinstance(events[-1], (Done, Eog)), events[-1]
         assert tokens == expected[i], f"request {i} differs at {first_difference(tokens, expected[i])}"
+        drafted += sum(d.drafted for d in events[-1].stats.drafters if d.name == drafter)
         accepted += sum(d.accepted for d in events[-1].stats.drafters if d.name == drafter)
-    assert accepted > 0, f"{drafter} drafted nothing that was accepted in the batch"
+    # the tiny DFlash drafter's random block is (almost) never accepted; the others' drafts are
+    assert drafted > 0 and (accepted > 0 or name == "dflash"), (drafter, drafted, accepted)
     # one decode served several sequences: fewer steps than tokens made
     assert steps < sum(len(t) for t in expected) / 2
 
@@ -140,16 +147,3 @@ async def test_a_cancelled_sequence_leaves_the_shared_draft_context_exact_for_th
             assert again == expected[3], (round_, first_difference(again, expected[3]))
             assert not any(isinstance(ev, Error) for ev in events)
 
-
-async def test_dflash_does_not_batch_and_its_pool_runs_a_session_per_actor(tiny_target, tiny_dflash):  # noqa: F811
-    """DFlash's non-causal block drafted token ids outside the vocabulary for the last sequence of a shared
-    draft context (an abort in the next decode), so it stays one session per actor and says so."""
-    spec = Spec("dflash", n_draft=3, draft_model=tiny_dflash)
-    assert not can_batch(tiny_target, spec)
-    with pytest.raises(spec_actor.ConfigError, match="n_seq=2 does not work with draft-dflash"):
-        Session(tiny_target, spec=spec, n_ctx=N_CTX, n_seq=2)
-    prompts = repeated_phrase_prompts(tiny_target, 2, seed=5)
-    expected = [_plain(tiny_target, p) for p in prompts]
-    async with open_pool(tiny_target, size=2, spec=spec, n_ctx=N_CTX, memory=0, n_threads=1) as pool:
-        assert not pool.batched
-        assert [tokens for tokens, _ in await _all_at_once(pool, prompts)] == expected
