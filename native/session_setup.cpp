@@ -31,7 +31,7 @@ llama_context_params make_context_params(const sa_context_params & c, const Draf
     cp.flash_attn_type = c.flash_attn < 0 ? LLAMA_FLASH_ATTN_TYPE_AUTO
                        : c.flash_attn == 0 ? LLAMA_FLASH_ATTN_TYPE_DISABLED : LLAMA_FLASH_ATTN_TYPE_ENABLED;
     const auto limits = common_speculative_get_output_limits((int32_t) c.n_batch, n_seq, std::max(plan.n_draft, plan.n_verify));
-    cp.n_outputs_max = (uint32_t) limits.total;
+    cp.n_outputs_max = (uint32_t) std::max(limits.total, n_seq);  // llama.cpp asserts room for one per sequence
     cp.n_outputs_max_per_seq = (uint32_t) limits.per_seq;
     // several sequences roll back from per-sequence checkpoints instead (docs/decisions/0069)
     cp.n_rs_seq = needs_rollback_snapshots(plan.type) && n_seq == 1 ? (uint32_t) plan.n_draft : 0;
@@ -100,10 +100,14 @@ sa_status create_draft_context(sa_session & s, const llama_context_params & cp) 
     dp.ctx_other = s.ctx_tgt;
     dp.type_k = GGML_TYPE_F16;
     dp.type_v = GGML_TYPE_F16;
-    // each sequence drafts one token per decode (DFlash: its whole block); all of them may draft together
+    // each sequence drafts one token per decode (DFlash: its whole block); all of them draft together,
+    // in one batch and, for DFlash's non-causal blocks, in one micro-batch (decision 0070)
     const uint32_t per_seq = spec_facts(type).noncausal_block ? (uint32_t) s.plan.n_draft + 1 : 1;
-    dp.n_outputs_max = per_seq * (uint32_t) s.n_seq;
+    const uint32_t all_drafts = per_seq * (uint32_t) s.n_seq;
+    dp.n_outputs_max = all_drafts;
     dp.n_outputs_max_per_seq = per_seq;
+    dp.n_batch = std::max(dp.n_batch, all_drafts);
+    dp.n_ubatch = std::max(dp.n_ubatch, all_drafts);
     const llama_model * dm = type == SA_SPEC_DRAFT_MTP ? s.model->model : s.draft_model->model;
     s.ctx_dft = llama_init_from_model(const_cast<llama_model *>(dm), dp);
     if (s.ctx_dft == nullptr) {

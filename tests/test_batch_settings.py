@@ -5,7 +5,9 @@ micro-batch on a recurrent target (``GGML_ASSERT(n_ubatch > n_keep_tail)``),
 so each table row runs in a child process: an abort fails that row, not the
 test run. A row either generates, or raises `ConfigError` naming a setting
 and the smallest value that works; that value is then tried and must
-generate.
+generate. Each table runs on one sequence and on three sequences of one
+batched session generating at once (their drafts made in one call, decision
+0070, so a draft context's batch holds all of them).
 """
 
 from __future__ import annotations
@@ -38,33 +40,44 @@ BATCHES = (1, 2, 3, 4, 5, 6, 8)
 N_CTX = (16, 64)
 
 CHILD = r"""
-import json, sys
+import json, sys, threading
 import spec_actor
 from spec_actor import ConfigError, Session, Spec
 
 target, draft, load_mtp, spec_type, n_draft = json.loads(sys.argv[1])
 rows = json.loads(sys.argv[2])
+n_seq = int(sys.argv[3])
 model = spec_actor.load_model(target, load_mtp=load_mtp)
 options = {"draft_model": spec_actor.load_model(draft)} if draft else {}
 if n_draft is not None:
     options["n_draft"] = n_draft
 spec = Spec(spec_type, **options)
-prompt = "the cat and the dog and the cat and the"
+prompts = ["the cat and the dog and the cat and the", "one two three one two three one", "a b a b a b a b a b"]
 for n_batch, n_ubatch, n_ctx in rows:
     print("TRY", n_batch, n_ubatch, n_ctx, flush=True)
     try:
-        with Session(model, n_ctx=n_ctx, n_batch=n_batch, n_ubatch=n_ubatch, spec=spec, n_threads=1) as session:
-            result = session.run(prompt, max_tokens=6, temp=0.0)
-        outcome = {"status": result.status, "tokens": len(result.tokens),
-                   "reason": getattr(result.terminal, "reason", "")}
+        with Session(model, n_ctx=n_ctx, n_batch=n_batch, n_ubatch=n_ubatch, spec=spec, n_threads=1,
+                     n_seq=n_seq) as session:
+            results = {}
+            def run(seq):
+                results[seq] = session.run(prompts[seq], seq=seq, max_tokens=6, temp=0.0)
+            threads = [threading.Thread(target=run, args=(seq,)) for seq in range(n_seq)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+        statuses = {r.status for r in results.values()}
+        outcome = {"status": statuses.pop() if len(statuses) == 1 else sorted(statuses),
+                   "tokens": min(len(r.tokens) for r in results.values()) if len(results) == n_seq else 0,
+                   "reason": "; ".join(getattr(r.terminal, "reason", "") for r in results.values())}
     except ConfigError as e:
         outcome = {"status": "config", "reason": str(e)}
     print("OUT", json.dumps([n_batch, n_ubatch, n_ctx, outcome]), flush=True)
 """
 
 
-def run_rows(args: list, rows: list[tuple[int, int, int]]) -> dict[tuple[int, int, int], dict]:
-    done = run_child(CHILD, json.dumps(args), json.dumps(rows), timeout=300)
+def run_rows(args: list, rows: list[tuple[int, int, int]], n_seq: int) -> dict[tuple[int, int, int], dict]:
+    done = run_child(CHILD, json.dumps(args), json.dumps(rows), str(n_seq), timeout=300)
     outcomes = {}
     for line in done.stdout.splitlines():
         if line.startswith("OUT "):
@@ -79,13 +92,14 @@ def run_rows(args: list, rows: list[tuple[int, int, int]]) -> dict[tuple[int, in
 SMALLEST = re.compile(r"(n_ubatch|n_batch|n_ctx)\b.*?(?:= |at least )(\d+)")
 
 
+@pytest.mark.parametrize("n_seq", [1, 3])
 @pytest.mark.parametrize("case", list(CASES))
-def test_every_batch_setting_generates_or_names_the_smallest_that_works(tiny_paths, case):  # noqa: F811
+def test_every_batch_setting_generates_or_names_the_smallest_that_works(tiny_paths, case, n_seq):  # noqa: F811
     target, draft, load_mtp, spec_type, n_draft = CASES[case]
     args = [str(getattr(tiny_paths, target)), str(getattr(tiny_paths, draft)) if draft else None, load_mtp,
             spec_type, n_draft]
     rows = [(b, u, c) for c in N_CTX for b in BATCHES for u in BATCHES if u <= b]
-    outcomes = run_rows(args, rows)
+    outcomes = run_rows(args, rows, n_seq)
     assert set(outcomes) == set(rows)
     fixes = {row: outcome for row, outcome in outcomes.items() if outcome["status"] == "config"}
     for row, outcome in outcomes.items():
@@ -100,7 +114,7 @@ def test_every_batch_setting_generates_or_names_the_smallest_that_works(tiny_pat
         if not fixes:
             break
         retried = {row: smallest_that_works(row, outcome["reason"], case) for row, outcome in fixes.items()}
-        again = run_rows(args, sorted(set(retried.values())))
+        again = run_rows(args, sorted(set(retried.values())), n_seq)
         fixes = {fixed: again[fixed] for fixed in set(retried.values()) if again[fixed]["status"] == "config"}
         for fixed in set(retried.values()) - set(fixes):
             assert again[fixed]["status"] in ("done", "eog"), (case, fixed, again[fixed])
