@@ -43,7 +43,7 @@ def _prompts(model: spec_actor.Model, n: int, seed: int = 7) -> list[list[int]]:
     return [[rng.randrange(1, n_vocab) for _ in range(rng.randrange(3, 60))] for _ in range(n)]
 
 
-def _alone(model: spec_actor.Model, spec: str, prompt: Any, **options: Any) -> list[int]:
+def _alone(model: spec_actor.Model, spec: spec_actor.Spec | str, prompt: Any, **options: Any) -> list[int]:
     """The request's tokens on a fresh plain session of its own."""
     with Session(model, spec=spec, n_ctx=N_CTX, prefix_cache=False, n_threads=1) as session:
         return list(session.run(prompt, **options).tokens)
@@ -56,7 +56,7 @@ def _options(i: int, sampled: bool) -> dict[str, Any]:
     return {"max_tokens": N, "temp": 0.0}
 
 
-def _open(model: spec_actor.Model, spec: str, size: int, **options: Any) -> Any:
+def _open(model: spec_actor.Model, spec: spec_actor.Spec | str, size: int, **options: Any) -> Any:
     return open_pool(model, size=size, spec=spec, n_ctx=N_CTX, n_batch=64, n_ubatch=64, memory=0, **options)
 
 
@@ -139,14 +139,20 @@ def _heap_in_use() -> int:
 
 ROUNDS = 200
 SIZE = 8
+MTP = spec_actor.Spec("mtp", n_draft=3)
 
 
-async def test_cancelling_one_of_n_leaves_the_others_equal_to_their_lone_runs(tiny_target):  # noqa: F811
+# auto on the llama target, and MTP on the hybrid: one shared draft context whose cells and per-sequence
+# drafting state a cancelled sequence leaves behind (decision 0069)
+@pytest.mark.parametrize(("model_name", "spec"), [("tiny_target", "auto"), ("hybrid_model", MTP)],
+                         ids=["auto", "mtp-hybrid"])
+async def test_cancelling_one_of_n_leaves_the_others_equal_to_their_lone_runs(request, model_name, spec):
+    model = request.getfixturevalue(model_name)
     rng = random.Random(11)
-    prompts = _prompts(tiny_target, SIZE + 1, seed=3)
+    prompts = _prompts(model, SIZE + 1, seed=3)
     prompts[SIZE] = (prompts[SIZE] * 8)[:150]  # the victim: a long prompt, prefilled over several steps
-    expected = [_alone(tiny_target, "auto", p, max_tokens=N, temp=0.0) for p in prompts[:SIZE]]
-    async with _open(tiny_target, "auto", SIZE, stream_buffer=1) as pool:
+    expected = [_alone(model, spec, p, max_tokens=N, temp=0.0) for p in prompts[:SIZE]]
+    async with _open(model, spec, SIZE, stream_buffer=1) as pool:
         warm = None
         heap_by_round: list[int] = []
         rss_by_round: list[int] = []
