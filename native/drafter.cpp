@@ -49,8 +49,11 @@ public:
     void draft(const DraftInput & in, llama_tokens & draft) override {
         DraftInput capped{std::min(in.n_max, n_), in.n_past, in.id_last, in.prompt_tgt};
         called_ = capped.n_max > 0;
-        pending_draft_ = in.defer && request_draft(spec_, type_, seq_, capped, draft);
-        if (!pending_draft_) draft_call(spec_, type_, seq_, capped, draft);
+        if (in.defer) {
+            pending_draft_ = request_draft(spec_, type_, seq_, capped, draft);
+        } else {
+            draft_call(spec_, type_, seq_, capped, draft);
+        }
         last_ = draft.empty() ? SA_SPEC_NONE : type_;
     }
 

@@ -44,6 +44,9 @@ sa_status make_slot_drafter(sa_session & s, Slot & slot) {
     return st;
 }
 
+// Whether a step takes the sequence, and as one decoding (its prompt in) or prefilling.
+bool visits(const Sequence * q, bool decoding) { return !q->ended() && q->runnable() && q->decoding() == decoding; }
+
 // The fewest prompt tokens a cut step still takes (progress for a long prompt).
 constexpr int32_t kMinPromptChunk = 16;
 // Decodes of at least this many tokens teach the time per token.
@@ -157,7 +160,7 @@ void add_prompts(common_batch & batch, int32_t capacity, const std::vector<Seque
                  std::vector<Sequence *> & in) {
     std::vector<Sequence *> prompts;
     for (Sequence * q : seqs) {
-        if (!q->ended() && q->runnable() && !q->decoding() && q->begin_step()) prompts.push_back(q);
+        if (visits(q, false) && q->begin_step()) prompts.push_back(q);
     }
     std::stable_sort(prompts.begin(), prompts.end(),
                      [](const Sequence * a, const Sequence * b) { return a->prefill_left() < b->prefill_left(); });
@@ -181,7 +184,6 @@ void step(sa_session & s, const std::vector<Sequence *> & seqs) {
     common_batch & batch = e.batch;
     batch.clear();
     const int32_t n_batch = (int32_t) llama_n_batch(s.ctx_tgt);
-    auto visits = [](const Sequence * q, bool decoding) { return !q->ended() && q->runnable() && q->decoding() == decoding; };
     // Each decoding sequence drafts knowing what the ones before it put into
     // the batch and that each one after it adds at least a token (its share).
     int32_t n_after = (int32_t) std::count_if(seqs.begin(), seqs.end(), [&](const Sequence * q) { return visits(q, true); });

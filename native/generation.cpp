@@ -96,7 +96,6 @@ bool Sequence::begin_step() {
 }
 
 int32_t Sequence::plan(common_batch & batch, int32_t room, const std::vector<Sequence *> & peers) {
-    if (!begin_step()) return 0;
     const int32_t n0 = batch.size();
     if (phase_ == Phase::Prefill) {
         // a chunk's decode is the prompt's alone: complete() begins decoding after the last one (decision 0050)

@@ -53,11 +53,12 @@ public:
 
     // Clears the step's part of the batch; starts the request on its first
     // step (its prefix cache resumes); false when it ended or is cancelled
-    // now (then it finishes). plan() and draft_for_step() begin with it.
+    // now (then it finishes). A prompt's step begins with it before plan();
+    // draft_for_step() begins with it itself.
     bool begin_step();
-    // A step, before the decode: starts the request on its first step, ends it
-    // when cancelled, else adds its tokens to batch (at most room of them: a
-    // prompt chunk, and/or [last, drafts...]). peers: the step's sequences
+    // A step of a prompt, before the decode and after begin_step() was true:
+    // adds its tokens to batch (at most room of them: a prompt chunk, and/or
+    // [last, drafts...] once the prompt is in). peers: the step's sequences
     // (this one among them), whose prompt cells it may share. Returns the
     // tokens added.
     int32_t plan(common_batch & batch, int32_t room, const std::vector<Sequence *> & peers);
