@@ -1,4 +1,5 @@
 #include "sampler.h"
+#include "vec_argmax.h"
 
 #include <algorithm>
 #include <string>
@@ -70,7 +71,7 @@ llama_tokens argmax_sample_and_accept_n(llama_context * ctx, const std::vector<i
     llama_tokens ids;
     for (size_t i = 0; i < idxs.size(); ++i) {
         const float * logits = llama_get_logits_ith(ctx, idxs[i]);
-        const llama_token id = (llama_token) (std::max_element(logits, logits + n_vocab) - logits);
+        const llama_token id = first_argmax(logits, n_vocab);
         ids.push_back(id);
         if (i == draft.size() || draft[i] != id) break;
     }

@@ -392,6 +392,9 @@ sa_status sa_testing_choose_offer(const double * expected, const int32_t * n_max
 sa_status sa_testing_allocate_drafts(const double * expected, const int32_t * n_max, int32_t n_options, int32_t stride,
                                      const double * us_by_length, int32_t n_cost, int32_t n_fixed, double e_fixed,
                                      int32_t n_total, int32_t * lengths);
+/* The first index of the largest of x[0..n) as greedy verification picks it
+ * (the vectorised argmax over a row of logits). */
+sa_status sa_testing_argmax(const float * x, int32_t n, int32_t * out);
 /* Feeds a fresh step-cost model (what "auto" and n_draft="auto" price draft
  * lengths with) count observed steps, (n_verified[i] drafted tokens, us[i]
  * microseconds) in order, then stores its predicted cost of a step verifying

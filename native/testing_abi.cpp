@@ -4,6 +4,7 @@
 #include "adaptive.h"
 #include "auto_drafter.h"
 #include "draft_allocation.h"
+#include "vec_argmax.h"
 #include "session.h"
 #include "step_cost_calibration.h"
 
@@ -165,6 +166,12 @@ extern "C" sa_status sa_testing_allocate_drafts(const double * expected, const i
     cost.fix(std::vector<double>(us_by_length, us_by_length + n_cost));
     const std::vector<int32_t> out = allocate_drafts(options, n_fixed, e_fixed, cost, n_total);
     std::copy(out.begin(), out.end(), lengths);
+    return SA_OK;
+}
+
+extern "C" sa_status sa_testing_argmax(const float * x, int32_t n, int32_t * out) {
+    if (x == nullptr || out == nullptr || n < 1) return fail(SA_ERR_INVALID_ARG, "sa_testing_argmax: null argument or n < 1");
+    *out = first_argmax(x, n);
     return SA_OK;
 }
 

@@ -166,6 +166,14 @@ def allocate_drafts(expected: list[list[float]], us_by_length: list[float], n_fi
     return [lengths[i] for i in range(len(expected))]
 
 
+def argmax(values: Any) -> int:
+    """The index greedy verification picks from a row of logits (float32): the first of the largest."""
+    row = ffi.new("float[]", [float(v) for v in values])
+    out = ffi.new("int32_t *")
+    check(lib.sa_testing_argmax(row, len(values), out), "argmax")
+    return out[0]
+
+
 def fail_decode(handle: SessionHandle, n: int) -> None:
     """Fault injection: the n-th target decode from now on ends its run with an Error event (0: none).
 
