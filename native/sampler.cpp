@@ -1,7 +1,6 @@
 #include "sampler.h"
 #include "vec_argmax.h"
 
-#include <algorithm>
 #include <string>
 #include <utility>
 

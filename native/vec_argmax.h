@@ -10,7 +10,7 @@ namespace sa {
 
 // The first index of the largest of x[0..n) (std::max_element's answer):
 // the row's maximum in blocks with the CPU's widest max instruction (chosen
-// at run time: AVX-512, AVX2 or SSE2), then the first index in the first
+// at load time: AVX-512, AVX2 or the baseline), then the first index in the first
 // block that holds it. A NaN is never the maximum; a row of NaNs gives 0,
 // as does n < 1.
 int32_t first_argmax(const float * x, int32_t n);
