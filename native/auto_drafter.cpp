@@ -49,6 +49,9 @@ struct MemoryBucket {
     double later_floor;
 };
 constexpr MemoryBucket kMemoryBuckets[] = {{0, 0.0}, {8, 0.5}, {24, 0.8}};
+// The text lookup's, by matched bytes: a few characters (a word the prompt
+// split otherwise), or a phrase.
+constexpr MemoryBucket kTextBuckets[] = {{0, 0.0}, {16, 0.5}};
 
 // Expected tokens of a step verifying n drafted tokens, from an arm's expected-by-length.
 double expected_at(const std::vector<double> & expected, int32_t n) {
@@ -61,7 +64,7 @@ AutoDrafter::~AutoDrafter() { free_arms(); }
 
 void AutoDrafter::free_arms() {
     if (cheap_.empty()) return;
-    for (Arm & arm : cheap_) common_speculative_free(arm.spec);  // null for the memory arm
+    for (Arm & arm : cheap_) common_speculative_free(arm.spec);  // null for the memory and text arms
     cheap_.clear();
 #ifdef __GLIBC__
     // ngram-mod's 16 MiB table, freed on a worker thread's arena, would stay
@@ -84,17 +87,22 @@ void AutoDrafter::make_arms() {
         arm.accept.reset(n_cap_, kLaterFloor);
         cheap_.push_back(std::move(arm));
     }
-    for (const MemoryBucket & bucket : kMemoryBuckets) {
-        Arm mem;
-        mem.id = SA_DRAFTER_MEMORY;
-        mem.min_match = bucket.min_match;
-        mem.accept.reset(n_cap_, bucket.later_floor);
-        cheap_.push_back(std::move(mem));
-    }
+    auto add_buckets = [&](int32_t id, const auto & buckets) {
+        for (const MemoryBucket & bucket : buckets) {
+            Arm arm;
+            arm.id = id;
+            arm.min_match = bucket.min_match;
+            arm.accept.reset(n_cap_, bucket.later_floor);
+            cheap_.push_back(std::move(arm));
+        }
+    };
+    add_buckets(SA_DRAFTER_MEMORY, kMemoryBuckets);
+    if (has_text_) add_buckets(SA_DRAFTER_TEXT, kTextBuckets);
 }
 
 void AutoDrafter::init(common_params_speculative base, common_speculative * model, int32_t model_id,
-                       int32_t model_n_max, TokenMemory * memory, llama_seq_id seq, bool shared) {
+                       int32_t model_n_max, TokenMemory * memory, const llama_vocab * vocab, llama_seq_id seq,
+                       bool shared) {
     n_cap_ = base.draft.n_max;
     ctx_dft_ = base.draft.ctx_dft;
     seq_ = seq;
@@ -105,6 +113,8 @@ void AutoDrafter::init(common_params_speculative base, common_speculative * mode
     base.draft.ctx_dft = nullptr;
     base_ = base;
     memory_ = memory;
+    text_ = TextLookup(vocab);
+    has_text_ = vocab != nullptr;
     make_arms();
     model_ = model;
     model_id_ = model ? model_id : -1;
@@ -132,6 +142,7 @@ void AutoDrafter::begin(const RunStart & start) {
     if (model_ != nullptr && !dropped_) common_speculative_begin(model_, seq_, start.prompt_tgt);
     memory_->begin_sequence();
     memory_->append(start.prompt, (size_t) start.n_prompt);
+    text_.begin(start.prompt, (size_t) start.n_prompt);
     pending_ = false;
     process_us_ = 0;  // the prompt's batches (after a run that ended mid-step) are not a step's
     chosen_ = 0;
@@ -159,23 +170,29 @@ void AutoDrafter::draft_with(Arm & arm, const DraftInput & in, int64_t extra_us)
     if (arm.proposed && arm.spec == model_) model_drafted_ = true;
 }
 
-void AutoDrafter::propose_from_memory(int32_t n_max) {
-    // one lookup; the proposal goes to the arm of its match length
+void AutoDrafter::propose_from_matches(int32_t n_max) {
+    int64_t t0 = ggml_time_us();
+    int32_t match = 0;
+    memory_->propose(n_max, proposal_, &match);
+    route_match(SA_DRAFTER_MEMORY, match, ggml_time_us() - t0);
+    if (!has_text_) return;
+    t0 = ggml_time_us();
+    text_.propose(n_max, proposal_, &match);
+    route_match(SA_DRAFTER_TEXT, match, ggml_time_us() - t0);
+}
+
+void AutoDrafter::route_match(int32_t id, int32_t match, int64_t t_us) {
+    // one lookup (proposal_); it goes to the arm of its match length
     Arm * last = nullptr;
+    Arm * target = nullptr;
     for (Arm & arm : cheap_) {
-        if (arm.id != SA_DRAFTER_MEMORY) continue;
+        if (arm.id != id) continue;
         arm.proposal.clear();
         arm.proposed = false;
         last = &arm;
+        if (match >= arm.min_match) target = &arm;
     }
-    const int64_t t0 = ggml_time_us();
-    int32_t match = 0;
-    memory_->propose(n_max, proposal_, &match);
-    Arm * target = nullptr;
-    for (Arm & arm : cheap_) {
-        if (arm.id == SA_DRAFTER_MEMORY && match >= arm.min_match) target = &arm;
-    }
-    note_cost(*last, ggml_time_us() - t0);  // the lookup's cost, counted once
+    note_cost(*last, t_us);  // the lookup's cost, counted once
     if (target == nullptr || proposal_.empty()) return;
     target->proposal.swap(proposal_);
     target->proposed = true;
@@ -197,9 +214,9 @@ void AutoDrafter::draft(const DraftInput & in, llama_tokens & draft) {
     if (n_max <= 0) return;
     const DraftInput capped{n_max, in.n_past, in.id_last, in.prompt_tgt};
     for (Arm & arm : cheap_) {
-        if (arm.id != SA_DRAFTER_MEMORY) draft_with(arm, capped);
+        if (arm.spec != nullptr) draft_with(arm, capped);
     }
-    propose_from_memory(n_max);
+    propose_from_matches(n_max);
 
     // Until a step was timed, costs are in the cost line's relative units:
     // leave draft times out of them.
@@ -414,6 +431,7 @@ void AutoDrafter::observe(const StepOutcome & out) {
         common_speculative_accept(model_, seq_, (uint16_t) std::max((int32_t) ids.size() - 1, 0));
     }
     memory_->append(ids.data(), ids.size());
+    text_.append(ids.data(), ids.size());
 }
 
 }  // namespace sa

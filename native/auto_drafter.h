@@ -2,14 +2,15 @@
 // (docs/decisions/0024).
 //
 // Arms: "no draft" (always), each n-gram kind through its own
-// common_speculative, the cross-request memory (token_memory.h), and the
-// model drafter when the session has one (MTP, a draft model, EAGLE-3).
-// The cheap drafters (n-gram kinds and memory) all propose every step; each
+// common_speculative, the cross-request memory (token_memory.h), the text
+// lookup (text_lookup.h), and the model drafter when the session has one
+// (MTP, a draft model, EAGLE-3).
+// The cheap drafters (n-gram kinds, memory, text) all propose every step; each
 // proposal is scored with its drafter's acceptance per position and the
 // measured cost of verifying that many tokens (adaptive.h), the best one is
 // verified. The memory's acceptance is learned per length of the match its
 // proposal follows (short, medium, long): a long match is strong evidence,
-// whatever short matches did before. After verification the target's tokens are known, so every
+// whatever short matches did before; the text lookup's likewise. After verification the target's tokens are known, so every
 // cheap proposal learns how much of it would have been accepted: the
 // drafters that were not chosen keep being measured at no cost. The model
 // drafter costs forward passes; it drafts only when its expected rate beats
@@ -20,6 +21,7 @@
 
 #include "adaptive.h"
 #include "drafter.h"
+#include "text_lookup.h"
 #include "token_memory.h"
 
 #include "common.h"
@@ -44,12 +46,14 @@ public:
     // Creates the n-gram drafters from base (its types are replaced per kind;
     // draft.n_max is the ceiling). model: the session's model drafter or
     // null, with its drafter id (sa_spec_type) and the length it drafts;
+    // vocab: the target's, for the text lookup (null: no text lookup).
     // seq: this drafter's sequence of it. shared: the model drafter's context
     // serves other sequences too, and the engine feeds it each batch once
     // (docs/decisions/0069): its arm is never dropped. Throws what
     // common_speculative_init throws.
     void init(common_params_speculative base, common_speculative * model, int32_t model_id,
-              int32_t model_n_max, TokenMemory * memory, llama_seq_id seq = 0, bool shared = false);
+              int32_t model_n_max, TokenMemory * memory, const llama_vocab * vocab = nullptr,
+              llama_seq_id seq = 0, bool shared = false);
 
     // Start of a run. fresh: the n-gram drafters' tables (ngram-mod and
     // ngram-cache keep theirs across runs) and what was learned about each
@@ -108,7 +112,7 @@ private:
         llama_tokens proposal;
         std::vector<double> expected;        // expected tokens by draft length, this step
         bool proposed = false;               // proposal made this step (accept() owed)
-        int32_t min_match = 0;               // memory arms: the shortest match they take
+        int32_t min_match = 0;               // memory and text arms: the shortest match they take
     };
 
     // A draft model (draft-simple) reads only tokens: its context is caught up
@@ -156,7 +160,9 @@ private:
     StepCost verify_;
     std::shared_ptr<const std::vector<double>> calibration_;  // the table verify_ was calibrated with
     double sample_us_ = 0;  // decayed mean sampling time per token made
-    llama_tokens proposal_;  // the memory's, before it goes to its arm
+    TextLookup text_;
+    bool has_text_ = false;
+    llama_tokens proposal_;  // the memory's or the text lookup's, before it goes to its arm
     uint64_t steps_ = 0;
     uint64_t last_model_step_ = 0;
     uint64_t model_explore_every_ = 32;  // kModelExploreEvery at first: steps between the model drafter's exploring drafts
@@ -185,7 +191,8 @@ private:
     bool take_model_draft(llama_tokens & draft);
     void take_cheap_choice(llama_tokens & draft);
 
-    void propose_from_memory(int32_t n_max);
+    void propose_from_matches(int32_t n_max);
+    void route_match(int32_t id, int32_t match, int64_t t_us);
     void note_cost(Arm & arm, int64_t dt_us);
     void explore(Arm *& best, int32_t & best_n);
     void draft_with(Arm & arm, const DraftInput & in, int64_t extra_us = 0);

@@ -57,7 +57,8 @@ sa_status make_auto_drafter(sa_session & s, common_speculative * spec, llama_seq
     ps.ngram_mod.n_min = std::min(s.sparams.ngram_mod_n_min, ps.ngram_mod.n_max);
     auto autod = std::make_unique<AutoDrafter>();
     try {
-        autod->init(ps, spec, s.plan.type, s.plan.n_draft, &s.memory, seq, shares_draft_context(s));
+        autod->init(ps, spec, s.plan.type, s.plan.n_draft, &s.memory, llama_model_get_vocab(s.model->model), seq,
+                    shares_draft_context(s));
     } catch (const std::exception & e) {
         return fail(SA_ERR_SPEC, std::string("auto drafting setup failed: ") + e.what());
     }
@@ -115,6 +116,7 @@ const char * sa_drafter_name(int32_t drafter) {
         std::vector<std::string> n(SA_N_DRAFTERS);
         for (int32_t d = SA_SPEC_NONE; d <= SA_SPEC_NGRAM_CACHE; ++d) n[(size_t) d] = spec_type_name(d);
         n[SA_DRAFTER_MEMORY] = "memory";
+        n[SA_DRAFTER_TEXT] = "text";
         return n;
     }();
     return drafter >= 0 && drafter < SA_N_DRAFTERS ? names[(size_t) drafter].c_str() : "";

@@ -92,10 +92,12 @@ typedef enum {
 } sa_spec_type;
 
 /* Drafter ids of the per-drafter statistics: the sa_spec_type that drafted a
- * step (SA_SPEC_NONE: a plain step), or the cross-request memory. */
+ * step (SA_SPEC_NONE: a plain step), the cross-request memory, or auto's
+ * text lookup (matches characters, not tokens). */
 typedef enum {
     SA_DRAFTER_MEMORY = 11,
-    SA_N_DRAFTERS = 12
+    SA_DRAFTER_TEXT = 12,
+    SA_N_DRAFTERS = 13
 } sa_drafter;
 
 typedef struct sa_model sa_model;
@@ -395,6 +397,11 @@ sa_status sa_testing_allocate_drafts(const double * expected, const int32_t * n_
 /* The first index of the largest of x[0..n) as greedy verification picks it
  * (the vectorised argmax over a row of logits). */
 sa_status sa_testing_argmax(const float * x, int32_t n, int32_t * out);
+/* Auto's text lookup over the text of tokens[0..n) on model m: what it
+ * proposes next, at most n_max tokens into out (*n_out of them), and the
+ * length in bytes of the match they follow (0: no proposal). */
+sa_status sa_testing_text_lookup(const sa_model * m, const int32_t * tokens, int32_t n, int32_t n_max,
+                                 int32_t * out, int32_t * n_out, int32_t * match_bytes);
 /* Feeds a fresh step-cost model (what "auto" and n_draft="auto" price draft
  * lengths with) count observed steps, (n_verified[i] drafted tokens, us[i]
  * microseconds) in order, then stores its predicted cost of a step verifying

@@ -4,6 +4,7 @@
 #include "adaptive.h"
 #include "auto_drafter.h"
 #include "draft_allocation.h"
+#include "text_lookup.h"
 #include "vec_argmax.h"
 #include "session.h"
 #include "step_cost_calibration.h"
@@ -172,6 +173,21 @@ extern "C" sa_status sa_testing_allocate_drafts(const double * expected, const i
 extern "C" sa_status sa_testing_argmax(const float * x, int32_t n, int32_t * out) {
     if (x == nullptr || out == nullptr || n < 1) return fail(SA_ERR_INVALID_ARG, "sa_testing_argmax: null argument or n < 1");
     *out = first_argmax(x, n);
+    return SA_OK;
+}
+
+extern "C" sa_status sa_testing_text_lookup(const sa_model * m, const int32_t * tokens, int32_t n, int32_t n_max,
+                                           int32_t * out, int32_t * n_out, int32_t * match_bytes) {
+    if (m == nullptr || tokens == nullptr || out == nullptr || n_out == nullptr || match_bytes == nullptr || n < 0 ||
+        n_max < 0) {
+        return fail(SA_ERR_INVALID_ARG, "sa_testing_text_lookup: null argument or negative length");
+    }
+    TextLookup lookup(llama_model_get_vocab(m->model));
+    lookup.begin(tokens, (size_t) n);
+    std::vector<int32_t> proposal;
+    lookup.propose(n_max, proposal, match_bytes);
+    std::copy(proposal.begin(), proposal.end(), out);
+    *n_out = (int32_t) proposal.size();
     return SA_OK;
 }
 

@@ -93,7 +93,7 @@ size_t TokenMemory::sequence_end(size_t pos) const {
     return it == starts_.end() ? tokens_.size() : *it;
 }
 
-void TokenMemory::propose(int32_t n_max, std::vector<int32_t> & out, int32_t * match_len) const {
+void TokenMemory::propose(int32_t n_max, std::vector<int32_t> & out, int32_t * match_len, int32_t per_match) const {
     out.clear();
     *match_len = 0;
     const size_t n = tokens_.size();
@@ -122,7 +122,7 @@ void TokenMemory::propose(int32_t n_max, std::vector<int32_t> & out, int32_t * m
     }
     if (best_len < kKey) return;  // a hash collision, not a match
     const size_t avail = sequence_end(best_end) - (best_end + 1);
-    const size_t want = std::min({(size_t) n_max, (size_t) best_len * kLengthPerMatch, avail});
+    const size_t want = std::min({(size_t) n_max, (size_t) best_len * (size_t) per_match, avail});
     out.assign(tokens_.begin() + (std::ptrdiff_t) (best_end + 1), tokens_.begin() + (std::ptrdiff_t) (best_end + 1 + want));
     *match_len = best_len;
 }

@@ -30,9 +30,10 @@ public:
     // Proposes up to n_max tokens that followed the longest earlier match of
     // the current sequence's tail (the most recent one on ties). *match_len
     // receives the length of that match (0: no proposal). The proposal is cut
-    // to kLengthPerMatch tokens per matched token, so short, chance matches
+    // to per_match tokens per matched token, so short, chance matches
     // propose little.
-    void propose(int32_t n_max, std::vector<int32_t> & out, int32_t * match_len) const;
+    void propose(int32_t n_max, std::vector<int32_t> & out, int32_t * match_len,
+                 int32_t per_match = kLengthPerMatch) const;
 
     // Forgets every sequence, the current one included.
     void clear();

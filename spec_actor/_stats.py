@@ -24,8 +24,8 @@ NATIVE_FIELDS: tuple[str, ...] = schema.STATS_FIELDS
 
 DRAFTER_NAMES: tuple[str, ...] = schema.DRAFTER_NAMES
 """Drafter names by native drafter id: llama.cpp's speculative type names
-(``"none"`` counts plain steps) and ``"memory"``, the cross-request memory;
-the id of ``auto`` itself has the name ``""``."""
+(``"none"`` counts plain steps), ``"memory"``, the cross-request memory, and
+``"text"``, auto's text lookup; the id of ``auto`` itself has the name ``""``."""
 
 # Stats map keys of the event schema, all required: key -> accepted value types.
 _KIND_TYPES: dict[str, tuple[type, ...]] = {"int": (int,), "float": (int, float), "array": (list,)}
@@ -59,7 +59,8 @@ class DrafterStats:
 
     name: str
     """The drafter: a speculative type name (``"ngram-mod"``, ``"draft-mtp"``, ...),
-    ``"memory"`` (the cross-request memory) or ``"none"`` (plain steps)."""
+    ``"memory"`` (the cross-request memory), ``"text"`` (auto's text lookup) or
+    ``"none"`` (plain steps)."""
     steps: int
     """Loop steps whose draft came from this drafter."""
     drafted: int

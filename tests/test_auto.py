@@ -203,14 +203,20 @@ def test_a_model_drafter_that_pays_is_kept(mtp_model):
 # -- choosing -------------------------------------------------------------------
 
 
-def test_auto_picks_a_drafter_that_pays_on_copy_heavy_text(gemma):
-    prompt = (PROMPTS / "copy.txt").read_text()
+def lossless_gemma_auto_run(gemma: spec_actor.Model, prompt_file: str, n: int = 64) -> spec_actor.RunResult:
+    """A greedy auto run of a bench prompt on Gemma, checked against plain greedy output."""
+    prompt = (PROMPTS / prompt_file).read_text()
     with Session(gemma, spec="none", n_ctx=1024) as plain:
         with gemma_auto(gemma, n_ctx=1024) as session:
-            result = greedy(session, prompt, 64)
+            result = greedy(session, prompt, n)
         assert_lossless(plain, prompt, with_eog(result), GEMMA_NEAR_TIE)
+    assert_consistent(result, n)
+    return result
+
+
+def test_auto_picks_a_drafter_that_pays_on_copy_heavy_text(gemma):
+    result = lossless_gemma_auto_run(gemma, "copy.txt")
     stats = result.stats
-    assert_consistent(result, 64)
     # plain decoding makes one token per step
     assert stats.mean_accepted_per_step >= 1.5, stats.summary()
     best = max(stats.drafters, key=lambda d: d.accepted)
@@ -243,7 +249,7 @@ def test_mtp_is_chosen_when_it_is_the_only_model_drafter(mtp_model, mtp_model_wi
     with Session(mtp_model_without_mtp, spec="auto", n_ctx=512, n_threads=1) as session:
         result = greedy(session, TINY_PROMPT, N_TINY)
     assert drafter(result, "draft-mtp") is None
-    assert {d.name for d in result.stats.drafters} <= {"none", "memory", *spec_actor.SPEC_TYPES[5:10]}
+    assert {d.name for d in result.stats.drafters} <= {"none", "memory", "text", *spec_actor.SPEC_TYPES[5:10]}
 
 
 # -- cross-request memory -------------------------------------------------------

@@ -80,7 +80,8 @@ def test_native_map_keys_are_the_struct_fields_but_n_pos_and_running():
         (stats_map(accepted_per_pos=(1, 2)), "accepted_per_pos must be list"),
         (stats_map(accepted_per_pos=[1, "2"]), "accepted_per_pos must be a list of at most 64 ints"),
         (stats_map(drafted_per_pos=[0] * 65), "drafted_per_pos must be a list of at most 64 ints"),
-        (stats_map(drafter_steps=[0] * 13), "drafter_steps must be a list of at most 12 ints"),
+        (stats_map(drafter_steps=[0] * (len(schema.DRAFTER_NAMES) + 1)),
+         f"drafter_steps must be a list of at most {len(schema.DRAFTER_NAMES)} ints"),
         ([1, 2], "expected a map, found list"),
     ],
 )

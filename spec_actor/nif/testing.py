@@ -174,6 +174,15 @@ def argmax(values: Any) -> int:
     return out[0]
 
 
+def text_lookup(model: Any, tokens: list[int], n_max: int) -> tuple[list[int], int]:
+    """Auto's text lookup over the text of ``tokens`` (model: a model handle): (its proposal, matched bytes)."""
+    row = ffi.new("int32_t[]", tokens or [0])
+    out = ffi.new("int32_t[]", max(n_max, 1))
+    n_out, match = ffi.new("int32_t *"), ffi.new("int32_t *")
+    check(lib.sa_testing_text_lookup(model, row, len(tokens), n_max, out, n_out, match), "text lookup")
+    return list(out[0:n_out[0]]), match[0]
+
+
 def fail_decode(handle: SessionHandle, n: int) -> None:
     """Fault injection: the n-th target decode from now on ends its run with an Error event (0: none).
 

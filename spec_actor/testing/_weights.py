@@ -22,7 +22,6 @@ class Rng:
         self.seed = seed
 
     def normal(self, name: str, shape: tuple[int, ...], std: float) -> np.ndarray:
-        g = np.random.default_rng([self.seed, zlib.crc32(name.encode())])
         """float32 draws of the given standard deviation, fixed by ``name``."""
         g = np.random.default_rng([self.seed, zlib.crc32(name.encode())])
         return (g.standard_normal(shape) * std).astype(np.float32)

@@ -1,0 +1,94 @@
+#include "text_lookup.h"
+
+#include "llama.h"
+
+#include <algorithm>
+
+namespace sa {
+
+namespace {
+
+bool continues_char(char b) { return ((unsigned char) b & 0xC0) == 0x80; }
+
+// The length of s's longest prefix of whole UTF-8 characters (a cut
+// continuation may end inside one).
+size_t whole_chars(const std::string & s) {
+    size_t lead = s.size();
+    while (lead > 0 && continues_char(s[lead - 1])) --lead;
+    if (lead == 0) return 0;
+    const auto b = (unsigned char) s[lead - 1];
+    const size_t need = b < 0x80 ? 1 : (b >> 5) == 0x6 ? 2 : (b >> 4) == 0xE ? 3 : (b >> 3) == 0x1E ? 4 : 1;
+    return s.size() - (lead - 1) >= need ? s.size() : lead - 1;
+}
+
+// piece = the token's text (empty for a control token).
+void read_piece(const llama_vocab * vocab, int32_t token, std::string & piece) {
+    piece.resize(std::max<size_t>(piece.capacity(), 32));
+    int32_t n = llama_token_to_piece(vocab, token, piece.data(), (int32_t) piece.size(), 0, false);
+    if (n < 0) {
+        piece.resize((size_t) -n);
+        n = llama_token_to_piece(vocab, token, piece.data(), (int32_t) piece.size(), 0, false);
+    }
+    piece.resize(n > 0 ? (size_t) n : 0);
+}
+
+}  // namespace
+
+void TextLookup::begin(const int32_t * prompt, size_t n) {
+    bytes_.begin_sequence();  // capacity 0: only this request's text is kept
+    append(prompt, n);
+}
+
+void TextLookup::append(const int32_t * tokens, size_t n) {
+    if (vocab_ == nullptr) return;
+    for (size_t i = 0; i < n; ++i) append_piece(tokens[i]);
+}
+
+void TextLookup::append_piece(int32_t token) {
+    read_piece(vocab_, token, piece_);
+    continuation_.assign(piece_.begin(), piece_.end());
+    for (int32_t & b : continuation_) b = (unsigned char) b;
+    bytes_.append(continuation_.data(), continuation_.size());
+}
+
+void TextLookup::propose(int32_t n_max, std::vector<int32_t> & out, int32_t * match_bytes) {
+    out.clear();
+    *match_bytes = 0;
+    if (vocab_ == nullptr || n_max <= 0) return;
+    const int32_t want = std::min(kMaxContinuation, n_max * kMaxTokenBytes);
+    int32_t match = 0;
+    bytes_.propose(want, continuation_, &match, kMaxContinuation);
+    if (continuation_.empty()) return;
+    // shorter than asked: it reached the end of the text, so its last token is whole
+    bool cut = (int32_t) continuation_.size() == want;
+    // tokenized: what the most tokens it may propose need, and one more (the cut one)
+    const int32_t cap = std::min(n_max, std::max(1, match / kBytesPerToken));
+    const size_t need = (size_t) (cap + 1) * kMaxTokenBytes;
+    if (continuation_.size() > need) {
+        continuation_.resize(need);
+        cut = true;
+    }
+    text_.assign(continuation_.begin(), continuation_.end());
+    if (continues_char(text_[0])) return;  // the match ends inside a character
+    text_.resize(whole_chars(text_));
+    if (text_.empty()) return;
+    tokens_.resize(text_.size() + 2);
+    const int32_t n = llama_tokenize(vocab_, text_.data(), (int32_t) text_.size(), tokens_.data(),
+                                     (int32_t) tokens_.size(), /* add_special */ false, /* parse_special */ false);
+    if (n <= 0) return;
+    tokens_.resize((size_t) n);
+    if (cut) tokens_.pop_back();
+    // Whole tokens that spell the continuation from its start (a tokenizer
+    // that adds a leading space would not), one per kBytesPerToken matched.
+    size_t at = 0;
+    for (const int32_t t : tokens_) {
+        if ((int32_t) out.size() >= cap) break;
+        read_piece(vocab_, t, piece_);
+        if (piece_.empty() || text_.compare(at, piece_.size(), piece_) != 0) break;
+        at += piece_.size();
+        out.push_back(t);
+    }
+    if (!out.empty()) *match_bytes = match;
+}
+
+}  // namespace sa

@@ -1,0 +1,50 @@
+// Text lookup: a cheap drafter that matches characters instead of tokens.
+// A request's prompt and output are kept as text; the longest earlier
+// occurrence of the text's tail proposes what followed it, tokenized afresh
+// from where the output stands (docs/decisions/0073). It drafts where the
+// same words come back split into other tokens, which token n-grams cannot
+// see: a name the prompt has after a space and the output writes after a
+// quote (` Aiko` against `"A` `iko`), an identifier after "(" or at a line's
+// start.
+#pragma once
+
+#include "token_memory.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+struct llama_vocab;
+
+namespace sa {
+
+class TextLookup {
+public:
+    explicit TextLookup(const llama_vocab * vocab = nullptr) : vocab_(vocab) {}
+
+    // Starts a request: its text is the prompt's.
+    void begin(const int32_t * prompt, size_t n);
+    // Appends tokens the target verified.
+    void append(const int32_t * tokens, size_t n);
+
+    // Proposes up to n_max tokens; *match_bytes receives the length of the
+    // match in bytes (0: no proposal). A proposal is whole tokens whose text
+    // followed the match, at most one per kBytesPerToken matched bytes.
+    void propose(int32_t n_max, std::vector<int32_t> & out, int32_t * match_bytes);
+
+    static constexpr int32_t kBytesPerToken = 2;    // matched bytes per proposed token
+    static constexpr int32_t kMaxTokenBytes = 8;    // continuation bytes read per token wanted
+    static constexpr int32_t kMaxContinuation = 512;
+
+private:
+    const llama_vocab * vocab_;
+    TokenMemory bytes_;       // the text, one unit per byte: its index finds the matches
+    std::vector<int32_t> continuation_;
+    std::string text_;        // scratch: the continuation to tokenize
+    std::vector<int32_t> tokens_;
+    std::string piece_;
+
+    void append_piece(int32_t token);
+};
+
+}  // namespace sa
