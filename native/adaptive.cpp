@@ -217,10 +217,10 @@ int32_t AdaptiveDraft::choose() {
 }
 
 void AdaptiveDraft::observe(int32_t n_asked, int32_t n_drafted, int32_t n_accepted,
-                            int64_t t_draft_us, int64_t t_verify_us) {
+                            int64_t t_draft_us, int64_t t_verify_us, int32_t n_others, bool priced) {
     (void) n_asked;
     accept_.observe(n_drafted, n_accepted);
-    cost_.observe(n_drafted, t_draft_us + t_verify_us);
+    if (priced) cost_.observe(n_drafted + n_others, t_draft_us + t_verify_us);
 }
 
 }  // namespace sa

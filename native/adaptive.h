@@ -152,8 +152,11 @@ public:
     int32_t choose();
 
     // Feed back one step: asked length (0: a plain step), produced draft
-    // length, accepted count, and the step's draft and verify times.
-    void observe(int32_t n_asked, int32_t n_drafted, int32_t n_accepted, int64_t t_draft_us, int64_t t_verify_us);
+    // length, accepted count, and the step's draft and verify times; the
+    // times price the cost line only when priced (StepOutcome::priced), at
+    // n_others more tokens (the other sequences' in the same decode).
+    void observe(int32_t n_asked, int32_t n_drafted, int32_t n_accepted, int64_t t_draft_us, int64_t t_verify_us,
+                 int32_t n_others = 0, bool priced = true);
 
 private:
     int32_t n_cap_ = 0;

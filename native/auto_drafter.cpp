@@ -406,7 +406,10 @@ void AutoDrafter::observe(const StepOutcome & out) {
     const llama_tokens & ids = out.ids;
     if (pending_) {
         pending_ = false;
-        verify_.observe(out.n_verified + out.n_others, out.t_verify_us);  // the decode's cost, all its tokens
+        if (out.priced) {  // the decode's cost, all its tokens
+            verify_.observe(out.n_verified + out.n_others, out.t_verify_us);
+            ++priced_steps_;
+        }
         const double per_token = (double) out.t_sample_us / (double) std::max<size_t>(ids.size(), 1);
         sample_us_ = verify_.measured() && sample_us_ > 0 ? kCostDecay * sample_us_ + (1.0 - kCostDecay) * per_token
                                                           : per_token;

@@ -89,6 +89,8 @@ public:
     // The model arm's state, for tests and print_stats: batches it processed
     // (this session) and whether it is dropped now.
     uint64_t model_batches() const { return model_batches_; }
+    // Verified steps whose decode priced the step cost (StepOutcome::priced), this session.
+    uint64_t priced_steps() const { return priced_steps_; }
     bool model_dropped() const { return dropped_; }
 
     // Tests and benchmarks: fixes the step cost (StepCost::fix) for the rest of the session.
@@ -164,6 +166,7 @@ private:
     bool has_text_ = false;
     llama_tokens proposal_;  // the memory's or the text lookup's, before it goes to its arm
     uint64_t steps_ = 0;
+    uint64_t priced_steps_ = 0;
     uint64_t last_model_step_ = 0;
     uint64_t model_explore_every_ = 32;  // kModelExploreEvery at first: steps between the model drafter's exploring drafts
     int32_t chosen_ = 0;

@@ -113,7 +113,8 @@ public:
         if (pending_) {
             pending_ = false;
             const int32_t n_accepted = std::min((int32_t) out.ids.size() - 1, out.n_verified);
-            adaptive_.observe(asked_, out.n_verified, n_accepted, out.t_draft_us, out.t_verify_us);
+            adaptive_.observe(asked_, out.n_verified, n_accepted, out.t_draft_us, out.t_verify_us, out.n_others,
+                              out.priced);
         }
         FixedDrafter::observe(out);
     }

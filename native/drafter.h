@@ -46,6 +46,11 @@ struct StepOutcome {
     int64_t t_sample_us;
     bool committed;            // false: a rollback re-verifies the accepted prefix next step
     int32_t n_others = 0;      // tokens of other sequences in the same decode (t_verify_us is all of it)
+    // Every token of the decode had its logits computed (verifications
+    // only, no prompt chunk), so its time prices a step of that many tokens.
+    // A prompt token costs about half a verified one (no output row), and
+    // the step-cost table has no place for it (docs/decisions/0074).
+    bool priced = true;
 };
 
 class Drafter {

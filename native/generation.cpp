@@ -310,7 +310,10 @@ void Sequence::complete(const common_batch & batch, int64_t t_us) {
         if (i_chunk1_ == n - (s_.ctx_dft ? 1 : 0)) prefix_.checkpoint(s_, i_chunk1_);
         if (i_chunk1_ == n) begin_decoding();
     }
-    if (n_verify > 0) verified(t_us, batch.size() - n_verify);
+    if (n_verify > 0) {
+        const bool priced = std::all_of(batch.tokens.begin(), batch.tokens.end(), [](const auto & t) { return t.output; });
+        verified(t_us, batch.size() - n_verify, priced);
+    }
 }
 
 void Sequence::drafter_failed() {
@@ -326,7 +329,7 @@ double Sequence::expected_tokens() const {
     return drafter_ && !draft_.empty() ? drafter_->expected_tokens() : 1.0;
 }
 
-void Sequence::verified(int64_t t_us, int32_t n_others) {
+void Sequence::verified(int64_t t_us, int32_t n_others, bool priced) {
     ++n_past_;
     // the step's checkpoint (or the restore that led to this re-verification) is part of its cost
     const int64_t t_verify = t_us + t_checkpoint_us_ + std::exchange(t_restore_us_, 0);
@@ -346,7 +349,7 @@ void Sequence::verified(int64_t t_us, int32_t n_others) {
     const int32_t n_accepted = (int32_t) ids.size() - 1;
     const int32_t n_rejected = n_draft - n_accepted;
     const bool rolls_back = n_rejected > 0 && rb_.has_tgt && (s_.use_ckpt_tgt || n_rejected > n_rs_);
-    if (drafter_) drafter_->observe(StepOutcome{ids, n_draft, t_draft_us_, t_verify, t_sample, !rolls_back, n_others});
+    if (drafter_) drafter_->observe(StepOutcome{ids, n_draft, t_draft_us_, t_verify, t_sample, !rolls_back, n_others, priced});
     const int32_t drafter = n_draft == 0 || !drafter_ ? SA_SPEC_NONE : drafter_->last_drafter();
 
     if (rolls_back) {

@@ -177,7 +177,7 @@ private:
     // draft context back to the target's tokens; false: the request ended.
     bool end_draft();
     // n_others: tokens of other sequences in the decode.
-    void verified(int64_t t_us, int32_t n_others);
+    void verified(int64_t t_us, int32_t n_others, bool priced);
     bool needs_checkpoint(int32_t n) const { return s_.use_ckpt_tgt || (n_rs_ > 0 && n > n_rs_); }
     bool trim(llama_memory_t mem, llama_pos p0);
     void rollback_failed(const char * what);

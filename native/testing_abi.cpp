@@ -176,6 +176,14 @@ extern "C" sa_status sa_testing_argmax(const float * x, int32_t n, int32_t * out
     return SA_OK;
 }
 
+extern "C" sa_status sa_testing_auto_priced_steps(const sa_session * s, uint64_t * out) {
+    if (s == nullptr || out == nullptr) return fail(SA_ERR_INVALID_ARG, "sa_testing_auto_priced_steps: null argument");
+    const auto * autod = dynamic_cast<const AutoDrafter *>(s->drafter.get());
+    if (autod == nullptr) return fail(SA_ERR_INVALID_ARG, "sa_testing_auto_priced_steps: the session's spec is not auto");
+    *out = autod->priced_steps();
+    return SA_OK;
+}
+
 extern "C" sa_status sa_testing_text_lookup(const sa_model * m, const int32_t * tokens, int32_t n, int32_t n_max,
                                            int32_t * out, int32_t * n_out, int32_t * match_bytes) {
     if (m == nullptr || tokens == nullptr || out == nullptr || n_out == nullptr || match_bytes == nullptr || n < 0 ||

@@ -258,6 +258,39 @@ def test_every_spec_batches(hybrid_model, hybrid_model_without_mtp, tiny_target,
         assert session.n_seq == 2
 
 
+def test_only_decodes_without_a_prompt_chunk_price_auto_steps(gemma):
+    # A prompt token costs about half a verified one (no output row), which
+    # the step-cost table cannot price: a decode that holds another
+    # sequence's prompt chunk must not move the cost auto prices drafts by.
+    from spec_actor.nif import testing as nt
+
+    story = "Write a short story about a lighthouse keeper and a storm."
+    long_prompt = " ".join(f"Line {i}: the ledger lists order {i * 7} as shipped." for i in range(40))
+    with Session(gemma, spec="auto", n_ctx=1024, n_seq=2, n_threads=1) as session:
+        handle = session._handle
+        # alone, every verified step prices
+        before = nt.auto_priced_steps(handle)
+        alone = session.run(story, seq=0, max_tokens=16, temp=0.0)
+        assert nt.auto_priced_steps(handle) - before == alone.stats.iters
+        # beside another sequence's prefill, the steps that held its chunks do not
+        decoding = threading.Event()
+        results: list[spec_actor.RunResult] = []
+        long_run = threading.Thread(target=lambda: results.append(session.run(
+            story + " Make it long.", seq=0, max_tokens=48, temp=0.0,
+            on_events=lambda _: decoding.set() or True)))
+        before = nt.auto_priced_steps(handle)
+        long_run.start()
+        try:
+            assert decoding.wait(30)
+            other = session.run(long_prompt, seq=1, max_tokens=2, temp=0.0)
+        finally:
+            long_run.join()
+        priced = nt.auto_priced_steps(handle) - before
+    iters = results[0].stats.iters
+    assert other.status in ("done", "eog") and results[0].status in ("done", "eog")
+    assert 0 < priced < iters, (priced, iters)
+
+
 def test_a_request_returns_within_a_step_of_its_end_while_others_decode(gemma):
     # The callers take turns running steps; one whose request ended must not
     # wait for a moment without steps, which another caller's steady decoding

@@ -174,6 +174,13 @@ def argmax(values: Any) -> int:
     return out[0]
 
 
+def auto_priced_steps(handle: SessionHandle) -> int:
+    """Verified steps of sequence 0's auto drafter whose decode fed its step cost (no prompt chunk in it)."""
+    out = ffi.new("uint64_t *")
+    check(lib.sa_testing_auto_priced_steps(handle, out), "auto priced steps")
+    return out[0]
+
+
 def text_lookup(model: Any, tokens: list[int], n_max: int) -> tuple[list[int], int]:
     """Auto's text lookup over the text of ``tokens`` (model: a model handle): (its proposal, matched bytes)."""
     row = ffi.new("int32_t[]", tokens or [0])
