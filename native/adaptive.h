@@ -156,7 +156,7 @@ public:
     // times price the cost line only when priced (StepOutcome::priced), at
     // n_others more tokens (the other sequences' in the same decode).
     void observe(int32_t n_asked, int32_t n_drafted, int32_t n_accepted, int64_t t_draft_us, int64_t t_verify_us,
-                 int32_t n_others = 0, bool priced = true);
+                 int32_t n_others, bool priced);
 
 private:
     int32_t n_cap_ = 0;

@@ -97,7 +97,7 @@ void AutoDrafter::make_arms() {
         }
     };
     add_buckets(SA_DRAFTER_MEMORY, kMemoryBuckets);
-    if (has_text_) add_buckets(SA_DRAFTER_TEXT, kTextBuckets);
+    if (text_.enabled()) add_buckets(SA_DRAFTER_TEXT, kTextBuckets);
 }
 
 void AutoDrafter::init(common_params_speculative base, common_speculative * model, int32_t model_id,
@@ -114,7 +114,6 @@ void AutoDrafter::init(common_params_speculative base, common_speculative * mode
     base_ = base;
     memory_ = memory;
     text_ = TextLookup(vocab);
-    has_text_ = vocab != nullptr;
     make_arms();
     model_ = model;
     model_id_ = model ? model_id : -1;
@@ -175,7 +174,7 @@ void AutoDrafter::propose_from_matches(int32_t n_max) {
     int32_t match = 0;
     memory_->propose(n_max, proposal_, &match);
     route_match(SA_DRAFTER_MEMORY, match, ggml_time_us() - t0);
-    if (!has_text_) return;
+    if (!text_.enabled()) return;
     t0 = ggml_time_us();
     text_.propose(n_max, proposal_, &match);
     route_match(SA_DRAFTER_TEXT, match, ggml_time_us() - t0);

@@ -163,7 +163,6 @@ private:
     std::shared_ptr<const std::vector<double>> calibration_;  // the table verify_ was calibrated with
     double sample_us_ = 0;  // decayed mean sampling time per token made
     TextLookup text_;
-    bool has_text_ = false;
     llama_tokens proposal_;  // the memory's or the text lookup's, before it goes to its arm
     uint64_t steps_ = 0;
     uint64_t priced_steps_ = 0;

@@ -233,7 +233,9 @@ void step(sa_session & s, const std::vector<Sequence *> & seqs) {
         for (Sequence * q : in) q->drafter_failed();
         return;
     }
-    for (Sequence * q : in) q->complete(batch, t_us);
+    // a decode of verifications only prices them (a prompt token has no output row, decision 0074)
+    const bool priced = std::all_of(batch.tokens.begin(), batch.tokens.end(), [](const auto & t) { return t.output; });
+    for (Sequence * q : in) q->complete(batch, t_us, priced);
 }
 
 }  // namespace

@@ -297,7 +297,7 @@ void Sequence::decode_failed(int32_t ret, const std::string & detail) {
                    (ret == 1 ? ": the context is full; raise n_ctx" : detail.empty() ? "" : ": " + detail));
 }
 
-void Sequence::complete(const common_batch & batch, int64_t t_us) {
+void Sequence::complete(const common_batch & batch, int64_t t_us, bool priced) {
     if (ended_) return;
     const int32_t n_chunk = i_chunk1_ - i_chunk0_;
     const int32_t n_verify = i_verify_ < 0 ? 0 : (int32_t) draft_.size() + 1;
@@ -310,10 +310,7 @@ void Sequence::complete(const common_batch & batch, int64_t t_us) {
         if (i_chunk1_ == n - (s_.ctx_dft ? 1 : 0)) prefix_.checkpoint(s_, i_chunk1_);
         if (i_chunk1_ == n) begin_decoding();
     }
-    if (n_verify > 0) {
-        const bool priced = std::all_of(batch.tokens.begin(), batch.tokens.end(), [](const auto & t) { return t.output; });
-        verified(t_us, batch.size() - n_verify, priced);
-    }
+    if (n_verify > 0) verified(t_us, batch.size() - n_verify, priced);
 }
 
 void Sequence::drafter_failed() {

@@ -83,8 +83,9 @@ public:
         return verify_planned_ ? (draft_pending() ? n_pending_max_ : (int32_t) draft_.size()) + 1 : 0;
     }
     bool add_verify(common_batch & batch);
-    // After a decode that held this sequence's tokens; t_us: the decode's time.
-    void complete(const common_batch & batch, int64_t t_us);
+    // After a decode that held this sequence's tokens; t_us: the decode's time;
+    // priced: it held verifications only (StepOutcome::priced).
+    void complete(const common_batch & batch, int64_t t_us, bool priced);
     // Before plan(): what the step's other decoding sequences put into its
     // decode, so that its draft is priced by the step it joins.
     void set_share(const BatchShare & share) { share_ = share; }

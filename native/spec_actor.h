@@ -397,12 +397,12 @@ sa_status sa_testing_allocate_drafts(const double * expected, const int32_t * n_
 /* The first index of the largest of x[0..n) as greedy verification picks it
  * (the vectorised argmax over a row of logits). */
 sa_status sa_testing_argmax(const float * x, int32_t n, int32_t * out);
-/* Auto's text lookup over the text of tokens[0..n) on model m: what it
- * proposes next, at most n_max tokens into out (*n_out of them), and the
- * length in bytes of the match they follow (0: no proposal). */
 /* Verified steps of slot 0's auto drafter whose decode's time fed its step
  * cost: decodes holding another sequence's prompt chunk do not. */
 sa_status sa_testing_auto_priced_steps(const sa_session * s, uint64_t * out);
+/* Auto's text lookup over the text of tokens[0..n) on model m: what it
+ * proposes next, at most n_max tokens into out (*n_out of them), and the
+ * length in bytes of the match they follow (0: no proposal). */
 sa_status sa_testing_text_lookup(const sa_model * m, const int32_t * tokens, int32_t n, int32_t n_max,
                                  int32_t * out, int32_t * n_out, int32_t * match_bytes);
 /* Feeds a fresh step-cost model (what "auto" and n_draft="auto" price draft

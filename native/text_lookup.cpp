@@ -40,35 +40,35 @@ void TextLookup::begin(const int32_t * prompt, size_t n) {
 }
 
 void TextLookup::append(const int32_t * tokens, size_t n) {
-    if (vocab_ == nullptr) return;
+    if (!enabled()) return;
     for (size_t i = 0; i < n; ++i) append_piece(tokens[i]);
 }
 
 void TextLookup::append_piece(int32_t token) {
     read_piece(vocab_, token, piece_);
-    continuation_.assign(piece_.begin(), piece_.end());
-    for (int32_t & b : continuation_) b = (unsigned char) b;
-    bytes_.append(continuation_.data(), continuation_.size());
+    units_.assign(piece_.begin(), piece_.end());
+    for (int32_t & b : units_) b = (unsigned char) b;
+    bytes_.append(units_.data(), units_.size());
 }
 
 void TextLookup::propose(int32_t n_max, std::vector<int32_t> & out, int32_t * match_bytes) {
     out.clear();
     *match_bytes = 0;
-    if (vocab_ == nullptr || n_max <= 0) return;
+    if (!enabled() || n_max <= 0) return;
     const int32_t want = std::min(kMaxContinuation, n_max * kMaxTokenBytes);
     int32_t match = 0;
-    bytes_.propose(want, continuation_, &match, kMaxContinuation);
-    if (continuation_.empty()) return;
+    bytes_.propose(want, units_, &match, kMaxContinuation);
+    if (units_.empty()) return;
     // shorter than asked: it reached the end of the text, so its last token is whole
-    bool cut = (int32_t) continuation_.size() == want;
+    bool cut = (int32_t) units_.size() == want;
     // tokenized: what the most tokens it may propose need, and one more (the cut one)
     const int32_t cap = std::min(n_max, std::max(1, match / kBytesPerToken));
     const size_t need = (size_t) (cap + 1) * kMaxTokenBytes;
-    if (continuation_.size() > need) {
-        continuation_.resize(need);
+    if (units_.size() > need) {
+        units_.resize(need);
         cut = true;
     }
-    text_.assign(continuation_.begin(), continuation_.end());
+    text_.assign(units_.begin(), units_.end());
     if (continues_char(text_[0])) return;  // the match ends inside a character
     text_.resize(whole_chars(text_));
     if (text_.empty()) return;

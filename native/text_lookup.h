@@ -22,6 +22,9 @@ class TextLookup {
 public:
     explicit TextLookup(const llama_vocab * vocab = nullptr) : vocab_(vocab) {}
 
+    // Whether it has a vocabulary to read and write text with (else it proposes nothing).
+    bool enabled() const { return vocab_ != nullptr; }
+
     // Starts a request: its text is the prompt's.
     void begin(const int32_t * prompt, size_t n);
     // Appends tokens the target verified.
@@ -39,7 +42,7 @@ public:
 private:
     const llama_vocab * vocab_;
     TokenMemory bytes_;       // the text, one unit per byte: its index finds the matches
-    std::vector<int32_t> continuation_;
+    std::vector<int32_t> units_;  // scratch: a piece's bytes, or a proposal's continuation, one unit per byte
     std::string text_;        // scratch: the continuation to tokenize
     std::vector<int32_t> tokens_;
     std::string piece_;
