@@ -183,3 +183,24 @@ def repeated_phrase_prompts(model: spec_actor.Model, n: int, seed: int) -> list[
         phrase = [rng.randrange(1, n_vocab) for _ in range(rng.randrange(3, 9))]
         prompts.append((phrase * 20)[:rng.randrange(8, 61)])
     return prompts
+
+
+def tie_free_prompts(model: spec_actor.Model, n: int, seed: int, n_tokens: int,
+                     min_margin: float = 0.01) -> list[list[int]]:
+    """n of `repeated_phrase_prompts`' prompts whose plain greedy path of n_tokens has no near-tie.
+
+    A sequence decoded in one batch with others is rounded otherwise than
+    alone, even in F32, and the tiny random models have top-2 logit margins
+    as small as 5e-4 (a prompt of seed 41 parts at its first token so): the
+    tests that demand exact equality across batch compositions take prompts
+    whose top two logits stay min_margin apart at every token.
+    """
+    chosen: list[list[int]] = []
+    with Session(model, spec="none", n_ctx=256, prefix_cache=False, n_threads=1) as plain:
+        for prompt in repeated_phrase_prompts(model, 4 * n, seed):
+            tokens = list(plain.run(prompt, max_tokens=n_tokens, temp=0.0).tokens)
+            if all(plain.top2(prompt + tokens[:k])[2] >= min_margin for k in range(len(tokens))):
+                chosen.append(prompt)
+                if len(chosen) == n:
+                    return chosen
+    raise AssertionError(f"fewer than {n} of {4 * n} prompts are free of near-ties")

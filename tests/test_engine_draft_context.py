@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 import trio
-from greedy_helpers import first_difference, repeated_phrase_prompts
+from greedy_helpers import first_difference, repeated_phrase_prompts, tie_free_prompts
 from tiny_model_fixtures import (  # noqa: F401
     hybrid_model,
     tiny_dflash,
@@ -93,17 +93,17 @@ async def test_eight_requests_share_one_draft_context_and_equal_their_lone_plain
     model, spec, drafter = _spec(request, name)
     assert can_batch(model, spec)
     # auto's lazy arm drafts on merit or on its slot's every 32nd step, which one request of N tokens
-    # may not reach: three waves of eight requests reach it on the slots the cheap arms did not serve
+    # may not reach: three waves of the eight requests reach it on the slots the cheap arms did not serve
     waves = 3 if name == "auto-draft" else 1
-    prompts = repeated_phrase_prompts(model, 8 * waves, seed=41)
-    expected = [_plain(model, p) for p in prompts]
+    prompts = tie_free_prompts(model, 8, seed=41, n_tokens=N)
+    expected = [_plain(model, p) for p in prompts] * waves
     results = []
     async with open_pool(model, size=8, spec=spec, n_ctx=N_CTX, n_batch=64, n_ubatch=64, memory=0,
                          n_threads=1) as pool:
         assert pool.batched
         session = pool.actors[0].session
-        for wave in range(waves):
-            results += await _all_at_once(pool, prompts[8 * wave:8 * (wave + 1)])
+        for _ in range(waves):
+            results += await _all_at_once(pool, prompts)
         steps = session.steps()
     drafted = accepted = 0
     for i, (tokens, events) in enumerate(results):
