@@ -301,8 +301,9 @@ void Sequence::complete(const common_batch & batch, int64_t t_us, bool priced) {
     if (ended_) return;
     const int32_t n_chunk = i_chunk1_ - i_chunk0_;
     const int32_t n_verify = i_verify_ < 0 ? 0 : (int32_t) draft_.size() + 1;
-    // only a draft context reads the batch; a shared one the engine fed already
-    if (s_.ctx_dft && !shares_draft_context(s_) && drafter_ && !drafter_->process(batch)) return drafter_failed();
+    // only a draft context reads the batch; a shared one the engine fed already,
+    // and a verification's committed part is fed once it is known (verified)
+    if (n_verify == 0 && feeds_draft_context() && !drafter_->process(batch)) return drafter_failed();
     if (n_chunk > 0) {  // a prompt chunk (its decode never holds this sequence's verification)
         stats_.add(&Counters::t_prefill_us, t_us);
         prompt_tgt_.insert(prompt_tgt_.end(), p_.prompt + i_chunk0_, p_.prompt + i_chunk1_);  // what a cancel keeps
@@ -310,7 +311,17 @@ void Sequence::complete(const common_batch & batch, int64_t t_us, bool priced) {
         if (i_chunk1_ == n - (s_.ctx_dft ? 1 : 0)) prefix_.checkpoint(s_, i_chunk1_);
         if (i_chunk1_ == n) begin_decoding();
     }
-    if (n_verify > 0) verified(t_us, batch.size() - n_verify, priced);
+    if (n_verify > 0) verified(batch, t_us, batch.size() - n_verify, priced);
+}
+
+bool Sequence::feeds_draft_context() const { return s_.ctx_dft && !shares_draft_context(s_) && drafter_; }
+
+bool Sequence::feed_committed(const common_batch & batch, int32_t n_accepted) {
+    if (!feeds_draft_context()) return true;
+    if (i_verify_ != 0) return drafter_->process(batch);  // not this sequence's batch alone: all of it, as before
+    committed_.clear();
+    committed_.tokens.assign(batch.tokens.begin(), batch.tokens.begin() + n_accepted + 1);
+    return drafter_->process(committed_);
 }
 
 void Sequence::drafter_failed() {
@@ -326,7 +337,7 @@ double Sequence::expected_tokens() const {
     return drafter_ && !draft_.empty() ? drafter_->expected_tokens() : 1.0;
 }
 
-void Sequence::verified(int64_t t_us, int32_t n_others, bool priced) {
+void Sequence::verified(const common_batch & batch, int64_t t_us, int32_t n_others, bool priced) {
     ++n_past_;
     // the step's checkpoint (or the restore that led to this re-verification) is part of its cost
     const int64_t t_verify = t_us + t_checkpoint_us_ + std::exchange(t_restore_us_, 0);
@@ -346,6 +357,8 @@ void Sequence::verified(int64_t t_us, int32_t n_others, bool priced) {
     const int32_t n_accepted = (int32_t) ids.size() - 1;
     const int32_t n_rejected = n_draft - n_accepted;
     const bool rolls_back = n_rejected > 0 && rb_.has_tgt && (s_.use_ckpt_tgt || n_rejected > n_rs_);
+    // a batch undone by a checkpoint restore is not read: its re-verification is
+    if (!rolls_back && !feed_committed(batch, n_accepted)) return drafter_failed();
     if (drafter_) drafter_->observe(StepOutcome{ids, n_draft, t_draft_us_, t_verify, t_sample, !rolls_back, n_others, priced});
     const int32_t drafter = n_draft == 0 || !drafter_ ? SA_SPEC_NONE : drafter_->last_drafter();
 

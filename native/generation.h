@@ -159,6 +159,7 @@ private:
     int64_t t_draft_us_ = 0;               // drafting time of this step
     int64_t t_checkpoint_us_ = 0;          // saving the target's state before verifying
     BatchShare share_;                     // the other sequences' part of this step's decode
+    common_batch committed_;               // feed_committed's view of the batch
 
     bool cancelled() const { return s_.cancelled() || slot_.cancel.load(std::memory_order_relaxed); }
     void start();
@@ -178,7 +179,14 @@ private:
     // draft context back to the target's tokens; false: the request ended.
     bool end_draft();
     // n_others: tokens of other sequences in the decode.
-    void verified(int64_t t_us, int32_t n_others, bool priced);
+    void verified(const common_batch & batch, int64_t t_us, int32_t n_others, bool priced);
+    // A draft context of this sequence's own (not the engine's shared one) reads its batches here.
+    bool feeds_draft_context() const;
+    // Feeds that draft context the verification's committed entries, [last, accepted drafts...]:
+    // a rejected draft never enters it, so a drafter that pairs each token with the target's
+    // hidden state of the one before (MTP, EAGLE-3) pairs the next batch's first token with the
+    // last accepted one, whether or not it drafted this step (docs/decisions/0075).
+    bool feed_committed(const common_batch & batch, int32_t n_accepted);
     bool needs_checkpoint(int32_t n) const { return s_.use_ckpt_tgt || (n_rs_ > 0 && n > n_rs_); }
     bool trim(llama_memory_t mem, llama_pos p0);
     void rollback_failed(const char * what);

@@ -400,6 +400,10 @@ sa_status sa_testing_argmax(const float * x, int32_t n, int32_t * out);
 /* Verified steps of slot 0's auto drafter whose decode's time fed its step
  * cost: decodes holding another sequence's prompt chunk do not. */
 sa_status sa_testing_auto_priced_steps(const sa_session * s, uint64_t * out);
+/* Tokens the session's draft context decoded since the last call: llama.cpp's
+ * context counters of multi-token and one-token decodes, which this resets
+ * (each reads 1 when it is 0); 0 without a draft context. */
+sa_status sa_testing_take_draft_context_tokens(sa_session * s, uint64_t * out);
 /* Auto's text lookup over the text of tokens[0..n) on model m: what it
  * proposes next, at most n_max tokens into out (*n_out of them), and the
  * length in bytes of the match they follow (0: no proposal). */

@@ -184,6 +184,19 @@ extern "C" sa_status sa_testing_auto_priced_steps(const sa_session * s, uint64_t
     return SA_OK;
 }
 
+extern "C" sa_status sa_testing_take_draft_context_tokens(sa_session * s, uint64_t * out) {
+    if (s == nullptr || out == nullptr) return fail(SA_ERR_INVALID_ARG, "sa_testing_take_draft_context_tokens: null argument");
+    if (s->ctx_dft == nullptr) {
+        *out = 0;
+        return SA_OK;
+    }
+    llama_synchronize(s->ctx_dft);  // llama.cpp counts a decode's tokens when it waits for it
+    const llama_perf_context_data perf = llama_perf_context(s->ctx_dft);
+    *out = (uint64_t) perf.n_p_eval + (uint64_t) perf.n_eval;  // llama.cpp reports a count of 0 as 1
+    llama_perf_context_reset(s->ctx_dft);
+    return SA_OK;
+}
+
 extern "C" sa_status sa_testing_text_lookup(const sa_model * m, const int32_t * tokens, int32_t n, int32_t n_max,
                                            int32_t * out, int32_t * n_out, int32_t * match_bytes) {
     if (m == nullptr || tokens == nullptr || out == nullptr || n_out == nullptr || match_bytes == nullptr || n < 0 ||

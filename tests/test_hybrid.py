@@ -30,6 +30,7 @@ from tiny_model_fixtures import hybrid_model, tiny_paths  # noqa: F401 - fixture
 import spec_actor
 from spec_actor import Done, Session, Spec, Stats, StatsSnapshot, Token, open_actor
 from spec_actor.cli import main as cli_main
+from spec_actor.nif import testing as nt
 from spec_actor.testing import tiny_models as tm
 from spec_actor.testing._gguf import GGUFValue
 
@@ -110,7 +111,6 @@ def test_hybrid_auto_uses_mtp_and_greedy_equals_plain_greedy(hybrid_model):
     are seldom right on these prompts, so auto may drop it before one is
     accepted (it costs more than it earns: decision 0062).
     """
-    from spec_actor.nif import testing as nt
 
     rejected: list[int] = []
     mtp_drafted = 0
@@ -134,7 +134,6 @@ def test_hybrid_auto_uses_mtp_and_greedy_equals_plain_greedy(hybrid_model):
 
 def test_a_refused_seq_rm_ends_the_request_with_an_error_and_the_next_equals_a_fresh_session(
         hybrid_model, plain_tokens):
-    from spec_actor.nif import testing as nt
 
     with Session(hybrid_model, n_ctx=N_CTX, spec=Spec("mtp", n_draft=3), **CTX) as session:
         nt.refuse_next_seq_rm(session._handle)
@@ -214,10 +213,16 @@ def steps_of(events: list) -> list[Step]:
     return steps
 
 
-def run_with_step_events(model: spec_actor.Model, spec: Spec) -> tuple[spec_actor.RunResult, list[Step]]:
+def run_with_step_events(model: spec_actor.Model, spec: Spec,
+                         draft_decoded: list[int] | None = None) -> tuple[spec_actor.RunResult, list[Step]]:
+    """A run with a Stats event after every step, and its steps; ``draft_decoded`` gets the tokens
+    the draft context decoded in the run."""
     events: list = []
     with Session(model, n_ctx=N_CTX, spec=spec, **CTX) as session:
+        nt.take_draft_context_tokens(session._handle)
         result = session.run(PROMPT, max_tokens=N, temp=0.0, emit_stats_every=1, on_events=events.extend)
+        if draft_decoded is not None:
+            draft_decoded.append(nt.take_draft_context_tokens(session._handle))
     steps = steps_of(events)
     assert sum(st.tokens for st in steps) == len(result.tokens) == N
     assert sum(st.drafted for st in steps) == result.stats.drafts_generated
@@ -236,6 +241,27 @@ def test_hybrid_mtp_counters_match_the_events(hybrid_model, plain_tokens):
         # the target samples one token after the accepted prefix
         assert st.accepted == st.tokens - 1, st
     assert any(st.accepted < st.drafted for st in steps)
+
+
+@pytest.mark.parametrize("n_draft", [3, 8])
+def test_the_mtp_context_reads_only_committed_tokens(hybrid_model, plain_tokens, n_draft):
+    """The MTP head's context decodes each token the target committed once, and its own drafts: a rejected
+    draft never enters it, and a verification a checkpoint restore undoes (drafts of 8 outgrow the 3 state
+    snapshots) is not read; only its re-verification is (decision 0075).
+
+    A token there is paired with the target's hidden state of the token before it, so a rejected one
+    entering it paired the next batch's first token with a rejected token's state.
+    """
+    decoded: list[int] = []
+    result, steps = run_with_step_events(hybrid_model, Spec("mtp", n_draft=n_draft), decoded)
+    assert result.tokens == plain_tokens
+    assert sum(st.accepted < st.drafted for st in steps) >= 5, "too few rejections to tell"
+    n_prompt = len(hybrid_model.tokenizer.encode(PROMPT))
+    drafting_steps = sum(1 for st in steps if st.drafted)
+    # the prompt but its last token (the first verification decodes it), the verification row of
+    # every emitted token, and (p_min 0) n_draft one-token decodes per drafting step, a draft the
+    # budget cut at the end included
+    assert decoded[0] == (n_prompt - 1) + N + n_draft * drafting_steps, (decoded, n_prompt, drafting_steps)
 
 
 # The native loop once counted the re-verify pass as a second draft: on the

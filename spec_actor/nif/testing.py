@@ -181,6 +181,13 @@ def auto_priced_steps(handle: SessionHandle) -> int:
     return out[0]
 
 
+def take_draft_context_tokens(handle: SessionHandle) -> int:
+    """Tokens the session's draft context decoded since the last call (0 without one); resets the count."""
+    out = ffi.new("uint64_t *")
+    check(lib.sa_testing_take_draft_context_tokens(handle, out), "draft context tokens")
+    return out[0]
+
+
 def text_lookup(model: Any, tokens: list[int], n_max: int) -> tuple[list[int], int]:
     """Auto's text lookup over the text of ``tokens`` (model: a model handle): (its proposal, matched bytes)."""
     row = ffi.new("int32_t[]", tokens or [0])
