@@ -21,7 +21,8 @@ other. Workloads:
   every user).
 
 The runs are interleaved (for each rep and client count, every server in
-turn) and the table shows medians over ``--reps``: aggregate tokens/s (all
+turn, the first one turning by one each rep) and the table shows medians
+over ``--reps``: aggregate tokens/s (all
 tokens over the run's wall time) and the requests' time to first token
 (TTFT) at the 50th and 99th percentile. ``--with-plain`` adds spec-actor with
 ``--spec none`` (auto under load against plain batched decoding).
@@ -295,8 +296,11 @@ def main() -> int:
     print(f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} (run on an idle machine)", flush=True)
     rows: list[Row] = []
     for rep in range(args.reps):
+        # interleaved: each server in turn at each client count, the first one turning by one each rep
+        # (a fixed order gives whichever runs first or second a systematic share of the machine's drift)
+        order = servers[rep % len(servers):] + servers[:rep % len(servers)]
         for n in args.clients:
-            for name, make in servers:  # interleaved: each server in turn at each client count
+            for name, make in order:
                 port = free_port()
                 with running(make(port, n), port) as url:
                     rows.append(trio.run(load, url, name, n, args.rounds, args.max_tokens, args.workload))
