@@ -139,8 +139,8 @@ void AutoDrafter::begin(const RunStart & start) {
         arm.proposed = false;
     }
     if (model_ != nullptr && !dropped_) common_speculative_begin(model_, seq_, start.prompt_tgt);
-    memory_->begin_sequence();
-    memory_->append(start.prompt, (size_t) start.n_prompt);
+    own_.clear();
+    own_.append(start.prompt, (size_t) start.n_prompt);
     text_.begin(start.prompt, (size_t) start.n_prompt);
     pending_ = false;
     process_us_ = 0;  // the prompt's batches (after a run that ended mid-step) are not a step's
@@ -170,9 +170,18 @@ void AutoDrafter::draft_with(Arm & arm, const DraftInput & in, int64_t extra_us)
 }
 
 void AutoDrafter::propose_from_matches(int32_t n_max) {
+    // The request's own tokens and the session's earlier requests: the
+    // longer match wins, the request's own on a tie (the more recent). The
+    // earlier requests are matched against this request's tail, whatever
+    // the other sequences of the session did since (docs/decisions/0076).
     int64_t t0 = ggml_time_us();
-    int32_t match = 0;
-    memory_->propose(n_max, proposal_, &match);
+    int32_t match = 0, earlier = 0;
+    own_.propose(n_max, proposal_, &match);
+    memory_->propose_after(own_, n_max, earlier_, &earlier);
+    if (earlier > match) {
+        proposal_.swap(earlier_);
+        match = earlier;
+    }
     route_match(SA_DRAFTER_MEMORY, match, ggml_time_us() - t0);
     if (!text_.enabled()) return;
     t0 = ggml_time_us();
@@ -432,8 +441,16 @@ void AutoDrafter::observe(const StepOutcome & out) {
     if (model_ != nullptr && model_drafted_ && !dropped_) {
         common_speculative_accept(model_, seq_, (uint16_t) std::max((int32_t) ids.size() - 1, 0));
     }
-    memory_->append(ids.data(), ids.size());
+    own_.append(ids.data(), ids.size());
     text_.append(ids.data(), ids.size());
+}
+
+void AutoDrafter::end() {
+    if (memory_->capacity() > 0 && own_.current_size() > 0) {
+        memory_->begin_sequence();
+        memory_->append(own_.current(), own_.current_size());
+    }
+    own_.clear();
 }
 
 }  // namespace sa

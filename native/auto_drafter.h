@@ -73,6 +73,8 @@ public:
     // rollback re-verifies them next step) are not yet part of the context.
     bool process(const common_batch & batch) override;
     void observe(const StepOutcome & out) override;
+    // The request's tokens join the session's memory (unless it keeps nothing across requests).
+    void end() override;
 
     // The chosen cheap arm's proposal, or, after a plain choice, the one whose
     // first token is likeliest accepted; none after a model or exploring draft.
@@ -158,12 +160,14 @@ private:
     int32_t model_id_ = -1;
     int32_t model_n_max_ = 0;
     int32_t n_cap_ = 0;
-    TokenMemory * memory_ = nullptr;
+    TokenMemory * memory_ = nullptr;  // the session's earlier requests, shared by its sequences
+    TokenMemory own_;                  // this request's tokens: the tail every match starts from
     StepCost verify_;
     std::shared_ptr<const std::vector<double>> calibration_;  // the table verify_ was calibrated with
     double sample_us_ = 0;  // decayed mean sampling time per token made
     TextLookup text_;
     llama_tokens proposal_;  // the memory's or the text lookup's, before it goes to its arm
+    llama_tokens earlier_;   // the earlier requests' proposal, beside the request's own
     uint64_t steps_ = 0;
     uint64_t priced_steps_ = 0;
     uint64_t last_model_step_ = 0;

@@ -71,6 +71,8 @@ public:
     virtual bool process(const common_batch & batch) = 0;
     // The outcome of the step that verified the last draft, or its re-verification.
     virtual void observe(const StepOutcome & out) = 0;
+    // The request ended (done, stopped, cancelled or failed).
+    virtual void end() {}
     // sa_drafter id of the last draft (SA_SPEC_NONE when it was empty), for the statistics.
     virtual int32_t last_drafter() const = 0;
     // The draft length to report as in use after draft() (-1: unchanged).

@@ -53,6 +53,7 @@ void Sequence::finish(sa_status st) {
     if (ended_) return;
     if (phase_ != Phase::Start) {
         keep_prefix(st);
+        if (drafter_) drafter_->end();
         stats_.set_elapsed(ggml_time_us(), t_decode_start_);
         stats_.end_run();
         s_.memory_tokens.store((int64_t) s_.memory.size_tokens());

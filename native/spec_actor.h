@@ -404,6 +404,13 @@ sa_status sa_testing_auto_priced_steps(const sa_session * s, uint64_t * out);
  * context counters of multi-token and one-token decodes, which this resets
  * (each reads 1 when it is 0); 0 without a draft context. */
 sa_status sa_testing_take_draft_context_tokens(sa_session * s, uint64_t * out);
+/* The session memory's lookup for a running request: n_seqs earlier
+ * sequences (lengths[i] tokens each, one after another in tokens) are kept,
+ * tail[0..n_tail) is the request's tokens so far; what is proposed after it,
+ * at most n_max tokens into out (*n_out), and the match's length (0: none). */
+sa_status sa_testing_memory_propose_after(const int32_t * tokens, const int32_t * lengths, int32_t n_seqs,
+                                          const int32_t * tail, int32_t n_tail, int32_t n_max, int32_t * out,
+                                          int32_t * n_out, int32_t * match_len);
 /* Auto's text lookup over the text of tokens[0..n) on model m: what it
  * proposes next, at most n_max tokens into out (*n_out of them), and the
  * length in bytes of the match they follow (0: no proposal). */

@@ -5,6 +5,7 @@
 #include "auto_drafter.h"
 #include "draft_allocation.h"
 #include "text_lookup.h"
+#include "token_memory.h"
 #include "vec_argmax.h"
 #include "session.h"
 #include "step_cost_calibration.h"
@@ -207,6 +208,29 @@ extern "C" sa_status sa_testing_text_lookup(const sa_model * m, const int32_t * 
     lookup.begin(tokens, (size_t) n);
     std::vector<int32_t> proposal;
     lookup.propose(n_max, proposal, match_bytes);
+    std::copy(proposal.begin(), proposal.end(), out);
+    *n_out = (int32_t) proposal.size();
+    return SA_OK;
+}
+
+extern "C" sa_status sa_testing_memory_propose_after(const int32_t * tokens, const int32_t * lengths, int32_t n_seqs,
+                                                   const int32_t * tail, int32_t n_tail, int32_t n_max, int32_t * out,
+                                                   int32_t * n_out, int32_t * match_len) {
+    if (tokens == nullptr || lengths == nullptr || tail == nullptr || out == nullptr || n_out == nullptr ||
+        match_len == nullptr || n_seqs < 0 || n_tail < 0 || n_max < 0) {
+        return fail(SA_ERR_INVALID_ARG, "sa_testing_memory_propose_after: null argument or negative length");
+    }
+    TokenMemory kept(SIZE_MAX), running;
+    size_t at = 0;
+    for (int32_t i = 0; i < n_seqs; ++i) {
+        if (lengths[i] < 0) return fail(SA_ERR_INVALID_ARG, "sa_testing_memory_propose_after: negative length");
+        kept.begin_sequence();
+        kept.append(tokens + at, (size_t) lengths[i]);
+        at += (size_t) lengths[i];
+    }
+    running.append(tail, (size_t) n_tail);
+    std::vector<int32_t> proposal;
+    kept.propose_after(running, n_max, proposal, match_len);
     std::copy(proposal.begin(), proposal.end(), out);
     *n_out = (int32_t) proposal.size();
     return SA_OK;

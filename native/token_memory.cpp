@@ -33,10 +33,10 @@ void TokenMemory::begin_sequence() {
     evict();
 }
 
-size_t TokenMemory::head_slot(size_t end) const {
+size_t TokenMemory::key_slot(const int32_t * key) const {
     uint64_t h = 0x9E3779B97F4A7C15ull;
-    for (size_t i = end + 1 - (size_t) kKey; i <= end; ++i) {
-        h ^= (uint32_t) tokens_[i];
+    for (int32_t i = 0; i < kKey; ++i) {
+        h ^= (uint32_t) key[i];
         h *= 0xBF58476D1CE4E5B9ull;
         h ^= h >> 31;
     }
@@ -97,21 +97,36 @@ void TokenMemory::propose(int32_t n_max, std::vector<int32_t> & out, int32_t * m
     out.clear();
     *match_len = 0;
     const size_t n = tokens_.size();
-    const size_t cur_start = starts_.back();
-    if (n_max <= 0 || n < cur_start + (size_t) kKey) return;
-    const size_t tail = n - 1;
+    if (n < starts_.back() + (size_t) kKey) return;
+    // the tail's own position heads its chain: candidates are the ones before it
+    propose_from(current(), current_size(), prev_[n - 1], n_max, out, match_len, per_match);
+}
+
+void TokenMemory::propose_after(const TokenMemory & other, int32_t n_max, std::vector<int32_t> & out,
+                                int32_t * match_len, int32_t per_match) const {
+    out.clear();
+    *match_len = 0;
+    const size_t n_tail = other.current_size();
+    if (n_tail < (size_t) kKey || tokens_.empty()) return;
+    const int32_t * tail = other.current();
+    propose_from(tail, n_tail, heads_[key_slot(tail + n_tail - kKey)], n_max, out, match_len, per_match);
+}
+
+void TokenMemory::propose_from(const int32_t * tail, size_t n_tail, int32_t first, int32_t n_max,
+                               std::vector<int32_t> & out, int32_t * match_len, int32_t per_match) const {
+    if (n_max <= 0) return;
     int32_t best_len = 0;
     size_t best_end = 0;
     int32_t visited = 0;
-    for (int32_t c = prev_[tail]; c >= 0 && visited < kMaxCandidates; c = prev_[(size_t) c], ++visited) {
+    for (int32_t c = first; c >= 0 && visited < kMaxCandidates; c = prev_[(size_t) c], ++visited) {
         const size_t cand = (size_t) c;
         const auto it = std::upper_bound(starts_.begin(), starts_.end(), cand);
         const size_t cand_start = *(it - 1);
-        const size_t cand_end = it == starts_.end() ? n : *it;
+        const size_t cand_end = it == starts_.end() ? tokens_.size() : *it;
         if (cand + 1 >= cand_end) continue;  // nothing follows it
         int32_t len = 0;
-        while (len < kMaxMatch && cand >= cand_start + (size_t) len && tail >= cur_start + (size_t) len &&
-               tokens_[cand - (size_t) len] == tokens_[tail - (size_t) len]) {
+        while (len < kMaxMatch && cand >= cand_start + (size_t) len && (size_t) len < n_tail &&
+               tokens_[cand - (size_t) len] == tail[n_tail - 1 - (size_t) len]) {
             ++len;
         }
         if (len > best_len) {

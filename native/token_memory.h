@@ -35,6 +35,16 @@ public:
     void propose(int32_t n_max, std::vector<int32_t> & out, int32_t * match_len,
                  int32_t per_match = kLengthPerMatch) const;
 
+    // As propose, for the tail of another memory's current sequence, matched
+    // against every sequence kept here: how an earlier request went on from
+    // where a request running elsewhere stands.
+    void propose_after(const TokenMemory & other, int32_t n_max, std::vector<int32_t> & out, int32_t * match_len,
+                       int32_t per_match = kLengthPerMatch) const;
+
+    // The tokens of the current sequence.
+    const int32_t * current() const { return tokens_.data() + starts_.back(); }
+    size_t current_size() const { return tokens_.size() - starts_.back(); }
+
     // Forgets every sequence, the current one included.
     void clear();
 
@@ -56,7 +66,13 @@ private:
     std::vector<int32_t> heads_;
     std::vector<size_t> starts_;  // where each kept sequence starts, ascending
 
-    size_t head_slot(size_t end) const;
+    size_t head_slot(size_t end) const { return key_slot(tokens_.data() + end + 1 - (size_t) kKey); }
+    // The hash slot of the kKey tokens at key.
+    size_t key_slot(const int32_t * key) const;
+    // Proposes what followed the longest match of tail[0..n_tail) among the
+    // chain of candidate positions from first (each one's own sequence bounds it).
+    void propose_from(const int32_t * tail, size_t n_tail, int32_t first, int32_t n_max, std::vector<int32_t> & out,
+                      int32_t * match_len, int32_t per_match) const;
     void index(size_t end);
     void evict();
     void rebuild();

@@ -188,6 +188,21 @@ def take_draft_context_tokens(handle: SessionHandle) -> int:
     return out[0]
 
 
+def memory_propose_after(kept: list[list[int]], tail: list[int], n_max: int) -> tuple[list[int], int]:
+    """The session memory's lookup for a running request: (its proposal, the match's length).
+
+    ``kept``: the earlier requests' token sequences; ``tail``: the running request's tokens so far.
+    """
+    flat = [t for seq in kept for t in seq]
+    tokens, lengths = ffi.new("int32_t[]", flat or [0]), ffi.new("int32_t[]", [len(q) for q in kept] or [0])
+    row = ffi.new("int32_t[]", tail or [0])
+    out = ffi.new("int32_t[]", max(n_max, 1))
+    n_out, match = ffi.new("int32_t *"), ffi.new("int32_t *")
+    check(lib.sa_testing_memory_propose_after(tokens, lengths, len(kept), row, len(tail), n_max, out, n_out, match),
+          "memory propose after")
+    return list(out[0:n_out[0]]), match[0]
+
+
 def text_lookup(model: Any, tokens: list[int], n_max: int) -> tuple[list[int], int]:
     """Auto's text lookup over the text of ``tokens`` (model: a model handle): (its proposal, matched bytes)."""
     row = ffi.new("int32_t[]", tokens or [0])
