@@ -319,7 +319,7 @@ bool Sequence::feeds_draft_context() const { return s_.ctx_dft && !shares_draft_
 
 bool Sequence::feed_committed(const common_batch & batch, int32_t n_accepted) {
     if (!feeds_draft_context()) return true;
-    if (i_verify_ != 0) return drafter_->process(batch);  // not this sequence's batch alone: all of it, as before
+    // a session of one sequence: its verification is the whole batch (never beside its own prompt chunk)
     committed_.clear();
     committed_.tokens.assign(batch.tokens.begin(), batch.tokens.begin() + n_accepted + 1);
     return drafter_->process(committed_);

@@ -94,26 +94,23 @@ size_t TokenMemory::sequence_end(size_t pos) const {
 }
 
 void TokenMemory::propose(int32_t n_max, std::vector<int32_t> & out, int32_t * match_len, int32_t per_match) const {
-    out.clear();
-    *match_len = 0;
-    const size_t n = tokens_.size();
-    if (n < starts_.back() + (size_t) kKey) return;
     // the tail's own position heads its chain: candidates are the ones before it
-    propose_from(current(), current_size(), prev_[n - 1], n_max, out, match_len, per_match);
+    const size_t n_tail = current_size();
+    const int32_t first = n_tail >= (size_t) kKey ? prev_[tokens_.size() - 1] : -1;
+    propose_from(current(), n_tail, first, n_max, out, match_len, per_match);
 }
 
 void TokenMemory::propose_after(const TokenMemory & other, int32_t n_max, std::vector<int32_t> & out,
                                 int32_t * match_len, int32_t per_match) const {
-    out.clear();
-    *match_len = 0;
     const size_t n_tail = other.current_size();
-    if (n_tail < (size_t) kKey || tokens_.empty()) return;
-    const int32_t * tail = other.current();
-    propose_from(tail, n_tail, heads_[key_slot(tail + n_tail - kKey)], n_max, out, match_len, per_match);
+    const int32_t first = n_tail >= (size_t) kKey ? heads_[key_slot(other.current() + n_tail - kKey)] : -1;
+    propose_from(other.current(), n_tail, first, n_max, out, match_len, per_match);
 }
 
 void TokenMemory::propose_from(const int32_t * tail, size_t n_tail, int32_t first, int32_t n_max,
                                std::vector<int32_t> & out, int32_t * match_len, int32_t per_match) const {
+    out.clear();
+    *match_len = 0;
     if (n_max <= 0) return;
     int32_t best_len = 0;
     size_t best_end = 0;

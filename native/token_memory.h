@@ -70,7 +70,8 @@ private:
     // The hash slot of the kKey tokens at key.
     size_t key_slot(const int32_t * key) const;
     // Proposes what followed the longest match of tail[0..n_tail) among the
-    // chain of candidate positions from first (each one's own sequence bounds it).
+    // chain of candidate positions from first (-1: none; each one's own
+    // sequence bounds it).
     void propose_from(const int32_t * tail, size_t n_tail, int32_t first, int32_t n_max, std::vector<int32_t> & out,
                       int32_t * match_len, int32_t per_match) const;
     void index(size_t end);
