@@ -252,8 +252,9 @@ void AutoDrafter::draft(const DraftInput & in, llama_tokens & draft) {
         const double rate_m =
             best_length(model_arm_.expected, verify_, n_m, n_m, choice_.d_cheap + d_m, choice_.s, 0, in.share).rate;
         const bool on_merit = rate_m > choice_.rate * kLongerMustBeat;
-        // an arm on trial drafts at least once before it is judged
-        const bool owed = !lazy_ && judged_drafts_ == 0 && judged_steps_ + 1 >= kJudgeAfter;
+        // an arm on trial drafts once as soon as steps are priced, so that
+        // one that can never pay is dropped before it reads more batches
+        const bool owed = !lazy_ && !shared_ && judged_drafts_ == 0 && choice_.timed;
         if (on_merit || owed || steps_ - last_model_step_ >= model_explore_every_) {
             last_model_step_ = steps_;
             ++judged_drafts_;
@@ -389,11 +390,22 @@ void AutoDrafter::judge(size_t n_made) {
     const double made = (double) n_made;
     const double earned = alt_rate_ > 0 ? made / alt_rate_ - (model_step_us_ + model_sample_us_ * made) : 0.0;
     net_us_ = kNetDecay * net_us_ + earned - (double) process_us_;
+    const bool hopeless = never_pays((double) process_us_);
     process_us_ = 0;
-    if (++judged_steps_ >= kJudgeAfter && judged_drafts_ > 0 && net_us_ < 0) {
+    ++judged_steps_;
+    if (judged_drafts_ > 0 && (hopeless || (judged_steps_ >= kJudgeAfter && net_us_ < 0))) {
         dropped_ = true;
         drop_pos_ = step_pos_;
     }
+}
+
+bool AutoDrafter::never_pays(double process_us) const {
+    if (!model_arm_.costed || !verify_.measured() || sample_us_ <= 0) return false;
+    const int32_t n = model_n_max_;
+    const double fixed = choice_.d_cheap + sample_us_;  // what every step pays, the plain one too
+    const double best = (double) (n + 1) /
+                        (verify_.at(n) + fixed + model_arm_.cost_us + process_us + sample_us_ * (double) n);
+    return best < 1.0 / (verify_.at(0) + fixed);
 }
 
 bool AutoDrafter::catch_up(const DraftInput & in) {

@@ -134,7 +134,8 @@ private:
     // An arm fed every batch pays its processing time each step; its drafts
     // earn the time the best choice without it would have needed for their
     // tokens. net_us_ is the decayed sum of the two (earned minus paid) since
-    // the arm was admitted; negative after kJudgeAfter steps, it is dropped:
+    // the arm was admitted; negative after kJudgeAfter steps (or, after its
+    // first draft, hopeless: never_pays), it is dropped:
     // it neither drafts nor reads batches until a run's prompt batch finds
     // its context in step (in_step), which re-admits it.
     bool dropped_ = false;
@@ -151,6 +152,10 @@ private:
     uint64_t model_batches_ = 0;
     void admit();
     void judge(size_t n_made);
+    // Its longest draft, every token accepted, would still make fewer tokens
+    // per microsecond than a plain step, given what the arm's drafting and
+    // this step's processing cost: it can never pay, and is dropped at once.
+    bool never_pays(double process_us) const;
     bool in_step(const common_batch & batch) const;
 
     common_params_speculative base_;
