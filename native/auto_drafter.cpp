@@ -52,6 +52,9 @@ constexpr MemoryBucket kMemoryBuckets[] = {{0, 0.0}, {8, 0.5}, {24, 0.8}};
 // The text lookup's, by matched bytes: a few characters (a word the prompt
 // split otherwise), or a phrase.
 constexpr MemoryBucket kTextBuckets[] = {{0, 0.0}, {16, 0.5}};
+// The splice lookup's: one arm; past the value's rest it copies the record's
+// punctuation, which goes on as it did before.
+constexpr MemoryBucket kSpliceBuckets[] = {{0, 0.5}};
 
 // Expected tokens of a step verifying n drafted tokens, from an arm's expected-by-length.
 double expected_at(const std::vector<double> & expected, int32_t n) {
@@ -97,7 +100,10 @@ void AutoDrafter::make_arms() {
         }
     };
     add_buckets(SA_DRAFTER_MEMORY, kMemoryBuckets);
-    if (text_.enabled()) add_buckets(SA_DRAFTER_TEXT, kTextBuckets);
+    if (text_.enabled()) {
+        add_buckets(SA_DRAFTER_TEXT, kTextBuckets);
+        add_buckets(SA_DRAFTER_SPLICE, kSpliceBuckets);
+    }
 }
 
 void AutoDrafter::init(common_params_speculative base, common_speculative * model, int32_t model_id,
@@ -114,6 +120,7 @@ void AutoDrafter::init(common_params_speculative base, common_speculative * mode
     base_ = base;
     memory_ = memory;
     text_ = TextLookup(vocab);
+    splice_ = SpliceLookup(vocab);
     make_arms();
     model_ = model;
     model_id_ = model ? model_id : -1;
@@ -187,6 +194,9 @@ void AutoDrafter::propose_from_matches(int32_t n_max) {
     t0 = ggml_time_us();
     text_.propose(n_max, proposal_, &match);
     route_match(SA_DRAFTER_TEXT, match, ggml_time_us() - t0);
+    t0 = ggml_time_us();
+    splice_.propose(own_.current(), own_.current_size(), text_, n_max, proposal_);
+    route_match(SA_DRAFTER_SPLICE, 0, ggml_time_us() - t0);
 }
 
 void AutoDrafter::route_match(int32_t id, int32_t match, int64_t t_us) {

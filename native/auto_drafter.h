@@ -3,9 +3,9 @@
 //
 // Arms: "no draft" (always), each n-gram kind through its own
 // common_speculative, the cross-request memory (token_memory.h), the text
-// lookup (text_lookup.h), and the model drafter when the session has one
-// (MTP, a draft model, EAGLE-3).
-// The cheap drafters (n-gram kinds, memory, text) all propose every step; each
+// lookup (text_lookup.h), the splice lookup (splice_lookup.h), and the model
+// drafter when the session has one (MTP, a draft model, EAGLE-3).
+// The cheap drafters (n-gram kinds, memory, text, splice) all propose every step; each
 // proposal is scored with its drafter's acceptance per position and the
 // measured cost of verifying that many tokens (adaptive.h), the best one is
 // verified. The memory's acceptance is learned per length of the match its
@@ -21,6 +21,7 @@
 
 #include "adaptive.h"
 #include "drafter.h"
+#include "splice_lookup.h"
 #include "text_lookup.h"
 #include "token_memory.h"
 
@@ -46,7 +47,7 @@ public:
     // Creates the n-gram drafters from base (its types are replaced per kind;
     // draft.n_max is the ceiling). model: the session's model drafter or
     // null, with its drafter id (sa_spec_type) and the length it drafts;
-    // vocab: the target's, for the text lookup (null: no text lookup).
+    // vocab: the target's, for the text and splice lookups (null: neither).
     // seq: this drafter's sequence of it. shared: the model drafter's context
     // serves other sequences too, and the engine feeds it each batch once
     // (docs/decisions/0069): its arm is never dropped. Throws what
@@ -171,7 +172,8 @@ private:
     std::shared_ptr<const std::vector<double>> calibration_;  // the table verify_ was calibrated with
     double sample_us_ = 0;  // decayed mean sampling time per token made
     TextLookup text_;
-    llama_tokens proposal_;  // the memory's or the text lookup's, before it goes to its arm
+    SpliceLookup splice_;
+    llama_tokens proposal_;  // the memory's or a lookup's, before it goes to its arm
     llama_tokens earlier_;   // the earlier requests' proposal, beside the request's own
     uint64_t steps_ = 0;
     uint64_t priced_steps_ = 0;

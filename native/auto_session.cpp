@@ -117,6 +117,7 @@ const char * sa_drafter_name(int32_t drafter) {
         for (int32_t d = SA_SPEC_NONE; d <= SA_SPEC_NGRAM_CACHE; ++d) n[(size_t) d] = spec_type_name(d);
         n[SA_DRAFTER_MEMORY] = "memory";
         n[SA_DRAFTER_TEXT] = "text";
+        n[SA_DRAFTER_SPLICE] = "splice";
         return n;
     }();
     return drafter >= 0 && drafter < SA_N_DRAFTERS ? names[(size_t) drafter].c_str() : "";

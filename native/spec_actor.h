@@ -92,12 +92,14 @@ typedef enum {
 } sa_spec_type;
 
 /* Drafter ids of the per-drafter statistics: the sa_spec_type that drafted a
- * step (SA_SPEC_NONE: a plain step), the cross-request memory, or auto's
- * text lookup (matches characters, not tokens). */
+ * step (SA_SPEC_NONE: a plain step), the cross-request memory, auto's text
+ * lookup (matches characters, not tokens), or auto's splice lookup (a
+ * value's rest, then the record's punctuation and next key). */
 typedef enum {
     SA_DRAFTER_MEMORY = 11,
     SA_DRAFTER_TEXT = 12,
-    SA_N_DRAFTERS = 13
+    SA_DRAFTER_SPLICE = 13,
+    SA_N_DRAFTERS = 14
 } sa_drafter;
 
 typedef struct sa_model sa_model;
@@ -416,6 +418,10 @@ sa_status sa_testing_memory_propose_after(const int32_t * tokens, const int32_t 
  * length in bytes of the match they follow (0: no proposal). */
 sa_status sa_testing_text_lookup(const sa_model * m, const int32_t * tokens, int32_t n, int32_t n_max,
                                  int32_t * out, int32_t * n_out, int32_t * match_bytes);
+/* Auto's splice lookup over tokens[0..n) (the request so far) on model m:
+ * what it proposes next, at most n_max tokens into out (*n_out of them). */
+sa_status sa_testing_splice_lookup(const sa_model * m, const int32_t * tokens, int32_t n, int32_t n_max,
+                                   int32_t * out, int32_t * n_out);
 /* Feeds a fresh step-cost model (what "auto" and n_draft="auto" price draft
  * lengths with) count observed steps, (n_verified[i] drafted tokens, us[i]
  * microseconds) in order, then stores its predicted cost of a step verifying

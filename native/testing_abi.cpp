@@ -4,6 +4,7 @@
 #include "adaptive.h"
 #include "auto_drafter.h"
 #include "draft_allocation.h"
+#include "splice_lookup.h"
 #include "text_lookup.h"
 #include "token_memory.h"
 #include "vec_argmax.h"
@@ -208,6 +209,22 @@ extern "C" sa_status sa_testing_text_lookup(const sa_model * m, const int32_t * 
     lookup.begin(tokens, (size_t) n);
     std::vector<int32_t> proposal;
     lookup.propose(n_max, proposal, match_bytes);
+    std::copy(proposal.begin(), proposal.end(), out);
+    *n_out = (int32_t) proposal.size();
+    return SA_OK;
+}
+
+extern "C" sa_status sa_testing_splice_lookup(const sa_model * m, const int32_t * tokens, int32_t n, int32_t n_max,
+                                             int32_t * out, int32_t * n_out) {
+    if (m == nullptr || tokens == nullptr || out == nullptr || n_out == nullptr || n < 0 || n_max < 0) {
+        return fail(SA_ERR_INVALID_ARG, "sa_testing_splice_lookup: null argument or negative length");
+    }
+    const llama_vocab * vocab = llama_model_get_vocab(m->model);
+    TextLookup text(vocab);
+    text.begin(tokens, (size_t) n);
+    SpliceLookup splice(vocab);
+    std::vector<int32_t> proposal;
+    splice.propose(tokens, (size_t) n, text, n_max, proposal);
     std::copy(proposal.begin(), proposal.end(), out);
     *n_out = (int32_t) proposal.size();
     return SA_OK;

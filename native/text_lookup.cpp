@@ -21,8 +21,9 @@ size_t whole_chars(const std::string & s) {
     return s.size() - (lead - 1) >= need ? s.size() : lead - 1;
 }
 
-// piece = the token's text (empty for a control token).
-void read_piece(const llama_vocab * vocab, int32_t token, std::string & piece) {
+}  // namespace
+
+void read_token_piece(const llama_vocab * vocab, int32_t token, std::string & piece) {
     piece.resize(std::max<size_t>(piece.capacity(), 32));
     int32_t n = llama_token_to_piece(vocab, token, piece.data(), (int32_t) piece.size(), 0, false);
     if (n < 0) {
@@ -31,8 +32,6 @@ void read_piece(const llama_vocab * vocab, int32_t token, std::string & piece) {
     }
     piece.resize(n > 0 ? (size_t) n : 0);
 }
-
-}  // namespace
 
 void TextLookup::begin(const int32_t * prompt, size_t n) {
     bytes_.begin_sequence();  // capacity 0: only this request's text is kept
@@ -45,13 +44,13 @@ void TextLookup::append(const int32_t * tokens, size_t n) {
 }
 
 void TextLookup::append_piece(int32_t token) {
-    read_piece(vocab_, token, piece_);
+    read_token_piece(vocab_, token, piece_);
     units_.assign(piece_.begin(), piece_.end());
     for (int32_t & b : units_) b = (unsigned char) b;
     bytes_.append(units_.data(), units_.size());
 }
 
-void TextLookup::propose(int32_t n_max, std::vector<int32_t> & out, int32_t * match_bytes) {
+void TextLookup::propose(int32_t n_max, std::vector<int32_t> & out, int32_t * match_bytes, bool capped) {
     out.clear();
     *match_bytes = 0;
     if (!enabled() || n_max <= 0) return;
@@ -62,7 +61,7 @@ void TextLookup::propose(int32_t n_max, std::vector<int32_t> & out, int32_t * ma
     // shorter than asked: it reached the end of the text, so its last token is whole
     bool cut = (int32_t) units_.size() == want;
     // tokenized: what the most tokens it may propose need, and one more (the cut one)
-    const int32_t cap = std::min(n_max, std::max(1, match / kBytesPerToken));
+    const int32_t cap = capped ? std::min(n_max, std::max(1, match / kBytesPerToken)) : n_max;
     const size_t need = (size_t) (cap + 1) * kMaxTokenBytes;
     if (units_.size() > need) {
         units_.resize(need);
@@ -83,7 +82,7 @@ void TextLookup::propose(int32_t n_max, std::vector<int32_t> & out, int32_t * ma
     size_t at = 0;
     for (const int32_t t : tokens_) {
         if ((int32_t) out.size() >= cap) break;
-        read_piece(vocab_, t, piece_);
+        read_token_piece(vocab_, t, piece_);
         if (piece_.empty() || text_.compare(at, piece_.size(), piece_) != 0) break;
         at += piece_.size();
         out.push_back(t);

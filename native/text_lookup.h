@@ -18,6 +18,9 @@ struct llama_vocab;
 
 namespace sa {
 
+// piece = the token's text (empty for a control token).
+void read_token_piece(const llama_vocab * vocab, int32_t token, std::string & piece);
+
 class TextLookup {
 public:
     explicit TextLookup(const llama_vocab * vocab = nullptr) : vocab_(vocab) {}
@@ -32,8 +35,9 @@ public:
 
     // Proposes up to n_max tokens; *match_bytes receives the length of the
     // match in bytes (0: no proposal). A proposal is whole tokens whose text
-    // followed the match, at most one per kBytesPerToken matched bytes.
-    void propose(int32_t n_max, std::vector<int32_t> & out, int32_t * match_bytes);
+    // followed the match, at most one per kBytesPerToken matched bytes
+    // unless not capped (the splice lookup reads how the text goes on).
+    void propose(int32_t n_max, std::vector<int32_t> & out, int32_t * match_bytes, bool capped = true);
 
     static constexpr int32_t kBytesPerToken = 2;    // matched bytes per proposed token
     static constexpr int32_t kMaxTokenBytes = 8;    // continuation bytes read per token wanted

@@ -24,8 +24,10 @@ NATIVE_FIELDS: tuple[str, ...] = schema.STATS_FIELDS
 
 DRAFTER_NAMES: tuple[str, ...] = schema.DRAFTER_NAMES
 """Drafter names by native drafter id: llama.cpp's speculative type names
-(``"none"`` counts plain steps), ``"memory"``, the cross-request memory, and
-``"text"``, auto's text lookup; the id of ``auto`` itself has the name ``""``."""
+(``"none"`` counts plain steps), ``"memory"``, the cross-request memory,
+``"text"``, auto's text lookup, and ``"splice"``, auto's splice lookup (a
+value's rest, then the record's punctuation and next key); the id of
+``auto`` itself has the name ``""``."""
 
 # Stats map keys of the event schema, all required: key -> accepted value types.
 _KIND_TYPES: dict[str, tuple[type, ...]] = {"int": (int,), "float": (int, float), "array": (list,)}
@@ -59,8 +61,8 @@ class DrafterStats:
 
     name: str
     """The drafter: a speculative type name (``"ngram-mod"``, ``"draft-mtp"``, ...),
-    ``"memory"`` (the cross-request memory), ``"text"`` (auto's text lookup) or
-    ``"none"`` (plain steps)."""
+    ``"memory"`` (the cross-request memory), ``"text"`` (auto's text lookup),
+    ``"splice"`` (auto's splice lookup) or ``"none"`` (plain steps)."""
     steps: int
     """Loop steps whose draft came from this drafter."""
     drafted: int

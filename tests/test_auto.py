@@ -285,7 +285,8 @@ def test_mtp_is_chosen_when_it_is_the_only_model_drafter(mtp_model, mtp_model_wi
     with Session(mtp_model_without_mtp, spec="auto", n_ctx=512, n_threads=1) as session:
         result = greedy(session, TINY_PROMPT, N_TINY)
     assert drafter(result, "draft-mtp") is None
-    assert {d.name for d in result.stats.drafters} <= {"none", "memory", "text", *spec_actor.SPEC_TYPES[5:10]}
+    cheap = {"none", "memory", "text", "splice", *spec_actor.SPEC_TYPES[5:10]}
+    assert {d.name for d in result.stats.drafters} <= cheap
 
 
 # -- cross-request memory -------------------------------------------------------

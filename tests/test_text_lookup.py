@@ -93,5 +93,6 @@ def test_the_same_holds_for_a_byte_level_vocabulary(tiny_target, text, n_max):
 
 def test_auto_drafts_json_values_with_the_text_lookup_and_stays_lossless(gemma):
     result = lossless_gemma_auto_run(gemma, "extract_json.txt")
-    text = next(d for d in result.stats.drafters if d.name == "text")
-    assert text.steps > 0 and accepted_by(result, "text") >= 4, result.stats.summary()
+    # the splice lookup's proposals begin with the text lookup's continuation
+    # (a value's rest), so its arm drafts values through it too (decision 0078)
+    assert accepted_by(result, "text") + accepted_by(result, "splice") >= 4, result.stats.summary()

@@ -117,4 +117,4 @@ SPEC_FACTS: dict[str, SpecFacts] = _spec_facts()
 
 DRAFTER_NAMES: tuple[str, ...] = tuple(ffi.string(lib.sa_drafter_name(i)).decode() for i in range(lib.SA_N_DRAFTERS))
 """Drafter names by native drafter id (``sa_drafter``): speculative type names
-``"memory"`` and ``"text"``; the id of ``auto`` itself has the name ``""``."""
+``"memory"``, ``"text"`` and ``"splice"``; the id of ``auto`` itself has the name ``""``."""

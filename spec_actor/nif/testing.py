@@ -212,6 +212,15 @@ def text_lookup(model: Any, tokens: list[int], n_max: int) -> tuple[list[int], i
     return list(out[0:n_out[0]]), match[0]
 
 
+def splice_lookup(model: Any, tokens: list[int], n_max: int) -> list[int]:
+    """Auto's splice lookup after ``tokens`` (the request so far; model: a model handle): its proposal."""
+    row = ffi.new("int32_t[]", tokens or [0])
+    out = ffi.new("int32_t[]", max(n_max, 1))
+    n_out = ffi.new("int32_t *")
+    check(lib.sa_testing_splice_lookup(model, row, len(tokens), n_max, out, n_out), "splice lookup")
+    return list(out[0:n_out[0]])
+
+
 def fail_decode(handle: SessionHandle, n: int) -> None:
     """Fault injection: the n-th target decode from now on ends its run with an Error event (0: none).
 
