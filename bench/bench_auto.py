@@ -203,11 +203,14 @@ def table(works: list[Workload]) -> None:
     for w in works:
         c = w.cells
         plain = c["plain"].median
-        best = max(fixed_modes(), key=lambda m: c[m].median)
         auto = c["auto"]
         assert auto.last is not None
-        print(f"| {w.name} | {plain:.1f} | {best} | {c[best].median / plain:.2f}× | {auto.median / plain:.2f}× | "
-              f"{auto.median / c[best].median:.2f}× | {auto.last.stats.mean_accepted_per_step:.2f} | "
+        # --modes may leave no fixed mode to compare with
+        best = max(fixed_modes(), key=lambda m: c[m].median, default=None)
+        vs_best = ("—", "—") if best is None else (f"{c[best].median / plain:.2f}×",
+                                                   f"{auto.median / c[best].median:.2f}×")
+        print(f"| {w.name} | {plain:.1f} | {best or '—'} | {vs_best[0]} | {auto.median / plain:.2f}× | "
+              f"{vs_best[1]} | {auto.last.stats.mean_accepted_per_step:.2f} | "
               f"{auto.last.stats.drafter_summary() or 'none'} |")
     print()
     print("| workload | " + " | ".join(MODES) + " |")

@@ -52,8 +52,8 @@ constexpr MemoryBucket kMemoryBuckets[] = {{0, 0.0}, {8, 0.5}, {24, 0.8}};
 // The text lookup's, by matched bytes: a few characters (a word the prompt
 // split otherwise), or a phrase.
 constexpr MemoryBucket kTextBuckets[] = {{0, 0.0}, {16, 0.5}};
-// The splice lookup's: one arm; past the value's rest it copies the record's
-// punctuation, which goes on as it did before.
+// The splice lookup's: one arm; past the value's rest it copies a seam that
+// two records agreed on.
 constexpr MemoryBucket kSpliceBuckets[] = {{0, 0.5}};
 
 // Expected tokens of a step verifying n drafted tokens, from an arm's expected-by-length.

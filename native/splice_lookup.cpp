@@ -34,20 +34,22 @@ void SpliceLookup::propose(const int32_t * tokens, size_t n, TextLookup & text, 
     if (end == continuation_.end()) return;  // the value's end is not in sight
     const int32_t * key = tokens + value - kKey;
     const size_t lowest = value > kMaxScan ? value - kMaxScan : 0;
-    // the most recent earlier value after the same key, which ended before this key
-    for (size_t j = value - kKey; j-- > lowest;) {
+    // the two most recent earlier values after the same key (each ended before
+    // the next key): their seams must agree, or the key is no record's
+    seams_[0].clear();
+    seams_[1].clear();
+    int found = 0;
+    for (size_t j = value - kKey; found < 2 && j-- > lowest;) {
         if (!std::equal(key, key + kKey, tokens + j)) continue;
         size_t closed = j + kKey;
         while (closed < value - kKey && !is_punctuation(tokens[closed])) ++closed;
         if (closed == j + kKey || closed >= value - kKey) continue;
-        out.assign(continuation_.begin(), end);
-        if ((int32_t) out.size() >= n_max) {
-            out.resize((size_t) n_max);
-            return;
-        }
-        append_seam(tokens, value - kKey, closed, n_max, out);
-        return;
+        append_seam(tokens, value - kKey, closed, n_max, seams_[found++]);
     }
+    if (found < 2 || seams_[0] != seams_[1]) return;
+    out.assign(continuation_.begin(), end);
+    out.insert(out.end(), seams_[0].begin(), seams_[0].end());
+    if ((int32_t) out.size() > n_max) out.resize((size_t) n_max);
 }
 
 void SpliceLookup::append_seam(const int32_t * tokens, size_t n, size_t at, int32_t n_max,

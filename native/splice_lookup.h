@@ -10,7 +10,9 @@
 // comes what followed the previous value that came after the same kKey
 // tokens in the request (the key before it: `name": "`): the punctuation
 // that closed it, the next key and the punctuation that opens the next
-// value. Neither the text lookup (the prompt has ` Becker,` where the output
+// value. The value before that, after the same key, must have been followed
+// by the same seam: a key that two records use alike, not a phrase of prose
+// that happened to come back. Neither the text lookup (the prompt has ` Becker,` where the output
 // writes ` Becker",`) nor a token n-gram (its key would hold the value's
 // tokens) drafts across that seam.
 #pragma once
@@ -47,6 +49,7 @@ private:
     std::vector<int8_t> punctuation_;  // per token id: -1 not yet read, 0 word, 1 punctuation
     std::string piece_;
     std::vector<int32_t> continuation_;
+    std::vector<int32_t> seams_[2];
 
     // The previous value's closing punctuation, next key and opening punctuation, from tokens[at, n).
     void append_seam(const int32_t * tokens, size_t n, size_t at, int32_t n_max, std::vector<int32_t> & out);

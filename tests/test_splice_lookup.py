@@ -16,9 +16,10 @@ from test_auto import accepted_by, lossless_gemma_auto_run
 
 SOURCE = ("Extract the people into JSON.\n"
           "Text: The call was opened by Tom Becker, a data engineer from Berlin, "
-          "and Aiko Tanaka, the lead designer from Osaka.\n"
+          "Aiko Tanaka, the lead designer from Osaka, and Lena Park, a product owner from Seoul.\n"
           "JSON:\n")
-FIRST_RECORD = '  {"name": "Tom Becker", "role": "data engineer"},\n'
+RECORDS = ('  {"name": "Tom Becker", "role": "data engineer"},\n'
+           '  {"name": "Aiko Tanaka", "role": "lead designer"},\n')
 
 
 def tokens_of(model: spec_actor.Model, *parts: str) -> list[int]:
@@ -30,26 +31,37 @@ def splice(model: spec_actor.Model, tokens: list[int], n_max: int = 16) -> list[
     return nt.splice_lookup(model.handle, tokens, n_max)
 
 
-def test_a_name_ends_where_the_text_says_and_the_previous_record_goes_on(gemma):
-    # the output is inside the second name: "Aiko" of "Aiko Tanaka,"
-    request = tokens_of(gemma, SOURCE, FIRST_RECORD, '  {"name": "', "Aiko")
-    rest = tokens_of(gemma, " Tanaka")  # the text goes on ", the lead designer": the value ends at the comma
-    seam = tokens_of(gemma, '", "role": "')  # what followed "Tom Becker" up to the role's value
-    assert tokens_of(gemma, FIRST_RECORD)[:len(tokens_of(gemma, '  {"name": "Tom Becker'))] == \
-        tokens_of(gemma, '  {"name": "Tom Becker')  # the record's tokens split where the test assumes
+def test_a_name_ends_where_the_text_says_and_the_records_go_on(gemma):
+    # the output is inside the third name: "Lena" of "Lena Park,"
+    request = tokens_of(gemma, SOURCE, RECORDS, '  {"name": "', "Lena")
+    rest = tokens_of(gemma, " Park")  # the text goes on ", a product owner": the value ends at the comma
+    seam = tokens_of(gemma, '", "role": "')  # what followed both earlier names, up to the role's value
+    # the records' tokens split where the test assumes: a name, then the seam on its own
+    assert tokens_of(gemma, RECORDS) == tokens_of(gemma, '  {"name": "', "Tom", " Becker", '", "role": "', "data",
+                                                  " engineer", '"},\n', '  {"name": "', "A", "iko", " Tanaka",
+                                                  '", "role": "', "lead", " designer", '"},\n')
     assert splice(gemma, request) == rest + seam
     # n_max cuts the proposal
     assert splice(gemma, request, n_max=2) == (rest + seam)[:2]
 
 
+def test_a_key_needs_two_earlier_values_closed_alike(gemma):
+    # one earlier record: the seam could be a phrase that came back once
+    one = RECORDS.splitlines(keepends=True)[0]
+    assert splice(gemma, tokens_of(gemma, SOURCE, one, '  {"name": "', "Lena")) == []
+    # two records whose names were closed differently
+    unlike = '  {"name": "Tom Becker", "role": "data engineer"},\n  {"name": "Aiko Tanaka"},\n'
+    assert splice(gemma, tokens_of(gemma, SOURCE, unlike, '  {"name": "', "Lena")) == []
+
+
 def test_nothing_is_proposed_where_no_value_ends_or_no_record_came_before(gemma):
     # the output ends in punctuation: not inside a value
-    assert splice(gemma, tokens_of(gemma, SOURCE, FIRST_RECORD, '  {"name": "')) == []
-    # the first record: no earlier value after the same key
-    assert splice(gemma, tokens_of(gemma, SOURCE, '  {"nombre": "', "Aiko")) == []
-    # the text does not know the value: no end in sight
-    assert splice(gemma, tokens_of(gemma, SOURCE, FIRST_RECORD, '  {"name": "', "Zebedee")) == []
-    assert splice(gemma, tokens_of(gemma, SOURCE, FIRST_RECORD, '  {"name": "', "Aiko"), n_max=0) == []
+    assert splice(gemma, tokens_of(gemma, SOURCE, RECORDS, '  {"name": "')) == []
+    # no earlier value after the same key
+    assert splice(gemma, tokens_of(gemma, SOURCE, RECORDS, '  {"nombre": "', "Lena")) == []
+    # the text does not know the value: its end is not in sight
+    assert splice(gemma, tokens_of(gemma, SOURCE, RECORDS, '  {"name": "', "Zebedee")) == []
+    assert splice(gemma, tokens_of(gemma, SOURCE, RECORDS, '  {"name": "', "Lena"), n_max=0) == []
     assert splice(gemma, []) == []
 
 
