@@ -19,6 +19,22 @@
 
 using namespace sa;
 
+namespace {
+
+// An error naming the first of tokens[0, n) outside the model's vocabulary, or SA_OK.
+sa_status check_in_vocab(const llama_model * model, const int32_t * tokens, int32_t n, const char * what) {
+    const int32_t n_vocab = llama_vocab_n_tokens(llama_model_get_vocab(model));
+    for (int32_t i = 0; i < n; ++i) {
+        if (tokens[i] < 0 || tokens[i] >= n_vocab) {
+            return fail(SA_ERR_PROMPT, std::string(what) + ": token " + std::to_string(tokens[i]) +
+                                           " is outside the vocabulary");
+        }
+    }
+    return SA_OK;
+}
+
+}  // namespace
+
 extern "C" {
 
 sa_status sa_testing_top2(sa_session * s, const int32_t * tokens, int32_t n, int32_t * top1, int32_t * top2, float * margin) {
@@ -28,12 +44,7 @@ sa_status sa_testing_top2(sa_session * s, const int32_t * tokens, int32_t n, int
     if (n < 1 || (uint32_t) n >= llama_n_ctx(s->ctx_tgt) || n > (int32_t) llama_n_batch(s->ctx_tgt)) {
         return fail(SA_ERR_PROMPT, "sa_testing_top2: need 1..min(n_ctx-1, n_batch) tokens");
     }
-    const int32_t n_vocab = llama_vocab_n_tokens(llama_model_get_vocab(s->model->model));
-    for (int32_t i = 0; i < n; ++i) {
-        if (tokens[i] < 0 || tokens[i] >= n_vocab) {
-            return fail(SA_ERR_PROMPT, "sa_testing_top2: token " + std::to_string(tokens[i]) + " is outside the vocabulary");
-        }
-    }
+    if (sa_status st = check_in_vocab(s->model->model, tokens, n, "sa_testing_top2"); st != SA_OK) return st;
     return guarded("top-2 probe", [&]() -> sa_status {
         s->prefix.invalidate();
         clear_memory(s->ctx_tgt);
@@ -42,6 +53,7 @@ sa_status sa_testing_top2(sa_session * s, const int32_t * tokens, int32_t n, int
         const int32_t ret = llama_process(s->ctx_tgt, LLAMA_PROCESS_TYPE_DECODE, batch.get());
         if (ret != 0) return fail(SA_ERR_DECODE, "top-2 probe decode failed: " + std::to_string(ret));
         const float * logits = llama_get_logits_ith(s->ctx_tgt, -1);
+        const int32_t n_vocab = llama_vocab_n_tokens(llama_model_get_vocab(s->model->model));
         int32_t a = 0, b = 1;
         if (logits[b] > logits[a]) std::swap(a, b);
         for (int32_t i = 2; i < n_vocab; ++i) {
@@ -205,6 +217,7 @@ extern "C" sa_status sa_testing_text_lookup(const sa_model * m, const int32_t * 
         n_max < 0) {
         return fail(SA_ERR_INVALID_ARG, "sa_testing_text_lookup: null argument or negative length");
     }
+    if (sa_status st = check_in_vocab(m->model, tokens, n, "sa_testing_text_lookup"); st != SA_OK) return st;
     TextLookup lookup(llama_model_get_vocab(m->model));
     lookup.begin(tokens, (size_t) n);
     std::vector<int32_t> proposal;
@@ -219,6 +232,7 @@ extern "C" sa_status sa_testing_splice_lookup(const sa_model * m, const int32_t 
     if (m == nullptr || tokens == nullptr || out == nullptr || n_out == nullptr || n < 0 || n_max < 0) {
         return fail(SA_ERR_INVALID_ARG, "sa_testing_splice_lookup: null argument or negative length");
     }
+    if (sa_status st = check_in_vocab(m->model, tokens, n, "sa_testing_splice_lookup"); st != SA_OK) return st;
     const llama_vocab * vocab = llama_model_get_vocab(m->model);
     TextLookup text(vocab);
     text.begin(tokens, (size_t) n);

@@ -10,6 +10,8 @@ the texts, through the tokenizer; the lookup's result is never an input.
 
 from __future__ import annotations
 
+import pytest
+
 import spec_actor
 from spec_actor.nif import testing as nt
 from test_auto import accepted_by, lossless_gemma_auto_run
@@ -63,6 +65,12 @@ def test_nothing_is_proposed_where_no_value_ends_or_no_record_came_before(gemma)
     assert splice(gemma, tokens_of(gemma, SOURCE, RECORDS, '  {"name": "', "Zebedee")) == []
     assert splice(gemma, tokens_of(gemma, SOURCE, RECORDS, '  {"name": "', "Lena"), n_max=0) == []
     assert splice(gemma, []) == []
+
+
+def test_a_token_outside_the_vocabulary_is_refused_not_read(gemma):
+    for token in (-1, 10**9):
+        with pytest.raises(spec_actor.SpecActorError, match="outside the vocabulary"):
+            splice(gemma, [*tokens_of(gemma, SOURCE), token])
 
 
 def test_auto_drafts_the_seams_of_a_json_extraction_with_the_splice_lookup_and_stays_lossless(gemma):
