@@ -12,9 +12,9 @@
 // that closed it, the next key and the punctuation that opens the next
 // value. The value before that, after the same key, must have been followed
 // by the same seam: a key that two records use alike, not a phrase of prose
-// that happened to come back. Neither the text lookup (the prompt has ` Becker,` where the output
-// writes ` Becker",`) nor a token n-gram (its key would hold the value's
-// tokens) drafts across that seam.
+// that happened to come back. Neither the text lookup (the prompt has
+// ` Becker,` where the output writes ` Becker",`) nor a token n-gram (its key
+// would hold the value's tokens) drafts across that seam.
 #pragma once
 
 #include "text_lookup.h"

@@ -3,8 +3,8 @@
 Output that repeats a record around values copied from the prompt (JSON
 extraction: `{"name": "Tom Becker", "role": ...}`) has two parts no other
 arm drafts together: the value's rest, which the prompt spells (` Becker,`),
-and the punctuation and next key that close it, which the previous record
-spells (`", "role": "`). Expected proposals here are written out by hand from
+and the punctuation and next key that close it, which the previous records
+spell alike (`", "role": "`). Expected proposals here are written out by hand from
 the texts, through the tokenizer; the lookup's result is never an input.
 """
 
