@@ -202,6 +202,18 @@ sa_status check_spec_models(int32_t type, const sa_model & target, const sa_mode
     return type == SA_SPEC_DRAFT_SIMPLE ? check_draft_vocab(target, *draft) : check_feature_drafter(type, target, *draft);
 }
 
+sa_status check_in_vocab(const llama_model * model, const int32_t * tokens, int32_t n, const char * what) {
+    const int32_t n_vocab = llama_vocab_n_tokens(llama_model_get_vocab(model));
+    for (int32_t i = 0; i < n; ++i) {
+        if (tokens[i] < 0 || tokens[i] >= n_vocab) {
+            return fail(SA_ERR_PROMPT, std::string(what) + " token " + std::to_string(tokens[i]) + " at position " +
+                                           std::to_string(i) + " is outside the vocabulary (0.." +
+                                           std::to_string(n_vocab - 1) + ")");
+        }
+    }
+    return SA_OK;
+}
+
 sa_status validate_run(const sa_session & s, const sa_run_params & p) {
     if (p.prompt == nullptr || p.n_prompt < 1) {
         return fail(SA_ERR_PROMPT, "the prompt is empty; pass at least one token");
@@ -211,13 +223,7 @@ sa_status validate_run(const sa_session & s, const sa_run_params & p) {
         return fail(SA_ERR_PROMPT, "the prompt has " + std::to_string(p.n_prompt) + " tokens but the context holds " +
                     std::to_string(n_ctx) + "; shorten the prompt or raise n_ctx");
     }
-    const int32_t n_vocab = llama_vocab_n_tokens(llama_model_get_vocab(s.model->model));
-    for (int32_t i = 0; i < p.n_prompt; ++i) {
-        if (p.prompt[i] < 0 || p.prompt[i] >= n_vocab) {
-            return fail(SA_ERR_PROMPT, "prompt token " + std::to_string(p.prompt[i]) + " at position " + std::to_string(i) +
-                        " is outside the vocabulary (0.." + std::to_string(n_vocab - 1) + ")");
-        }
-    }
+    if (sa_status st = check_in_vocab(s.model->model, p.prompt, p.n_prompt, "prompt"); st != SA_OK) return st;
     if (p.max_tokens < 1) return fail(SA_ERR_INVALID_ARG, range_msg("max_tokens", p.max_tokens, "must be >= 1"));
     if (p.emit_stats_every < 0) return fail(SA_ERR_INVALID_ARG, range_msg("emit_stats_every", p.emit_stats_every, "must be >= 0"));
     const sa_sampling_params & sp = p.sampling;

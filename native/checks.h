@@ -4,6 +4,7 @@
 
 #include "spec_actor.h"
 
+struct llama_model;
 struct sa_session;
 struct sa_model;
 
@@ -19,6 +20,10 @@ sa_status check_spec_models(int32_t type, const sa_model & target, const sa_mode
 
 // n_ubatch against min_ubatch (spec_types.h): an error names the smallest that works.
 sa_status check_ubatch(int32_t type, int32_t n_draft, const sa_model & target, const sa_context_params & c);
+
+// An error naming the first of tokens[0, n) outside the model's vocabulary
+// ("<what> token T at position i is outside the vocabulary (0..n_vocab-1)"), or SA_OK.
+sa_status check_in_vocab(const llama_model * model, const int32_t * tokens, int32_t n, const char * what);
 
 // The prompt, budget and sampling parameters of one run on a session.
 sa_status validate_run(const sa_session & s, const sa_run_params & p);

@@ -27,11 +27,6 @@ void SpliceLookup::propose(const int32_t * tokens, size_t n, TextLookup & text, 
     size_t value = n;  // where the value being written starts
     while (value > 0 && !is_punctuation(tokens[value - 1])) --value;
     if (value < kKey) return;
-    int32_t match = 0;
-    text.propose(n_max, continuation_, &match, /* capped */ false);
-    const auto end = std::find_if(continuation_.begin(), continuation_.end(),
-                                  [&](int32_t t) { return is_punctuation(t); });
-    if (end == continuation_.end()) return;  // the value's end is not in sight
     const int32_t * key = tokens + value - kKey;
     const size_t lowest = value > kMaxScan ? value - kMaxScan : 0;
     // the two most recent earlier values after the same key (each ended before
@@ -47,6 +42,12 @@ void SpliceLookup::propose(const int32_t * tokens, size_t n, TextLookup & text, 
         append_seam(tokens, value - kKey, closed, n_max, seams_[found++]);
     }
     if (found < 2 || seams_[0] != seams_[1]) return;
+    // only then the text lookup (it tokenizes its continuation): where the value ends
+    int32_t match = 0;
+    text.propose(n_max, continuation_, &match, /* capped */ false);
+    const auto end = std::find_if(continuation_.begin(), continuation_.end(),
+                                  [&](int32_t t) { return is_punctuation(t); });
+    if (end == continuation_.end()) return;  // the value's end is not in sight
     out.assign(continuation_.begin(), end);
     out.insert(out.end(), seams_[0].begin(), seams_[0].end());
     if ((int32_t) out.size() > n_max) out.resize((size_t) n_max);

@@ -3,6 +3,7 @@
 // spec_actor.h.
 #include "adaptive.h"
 #include "auto_drafter.h"
+#include "checks.h"
 #include "draft_allocation.h"
 #include "splice_lookup.h"
 #include "text_lookup.h"
@@ -18,22 +19,6 @@
 #include <utility>
 
 using namespace sa;
-
-namespace {
-
-// An error naming the first of tokens[0, n) outside the model's vocabulary, or SA_OK.
-sa_status check_in_vocab(const llama_model * model, const int32_t * tokens, int32_t n, const char * what) {
-    const int32_t n_vocab = llama_vocab_n_tokens(llama_model_get_vocab(model));
-    for (int32_t i = 0; i < n; ++i) {
-        if (tokens[i] < 0 || tokens[i] >= n_vocab) {
-            return fail(SA_ERR_PROMPT, std::string(what) + ": token " + std::to_string(tokens[i]) +
-                                           " is outside the vocabulary");
-        }
-    }
-    return SA_OK;
-}
-
-}  // namespace
 
 extern "C" {
 
