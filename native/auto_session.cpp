@@ -2,6 +2,7 @@
 // the cross-request memory's C ABI, and its print_stats summary.
 #include "auto_drafter.h"
 #include "session.h"
+#include "step_cost_calibration.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -95,6 +96,12 @@ sa_status sa_session_set_memory(sa_session * s, int64_t capacity_tokens) {
         return fail(SA_ERR_INVALID_ARG, "memory=" + std::to_string(capacity_tokens) + " is out of range: 0..2^30 tokens");
     }
     s->memory_capacity.store(capacity_tokens);
+    return SA_OK;
+}
+
+sa_status sa_session_prepare(sa_session * s) {
+    if (s == nullptr || !s->engine) return fail(SA_ERR_INVALID_ARG, "sa_session_prepare: null session");
+    sa::prepare_session(*s);
     return SA_OK;
 }
 

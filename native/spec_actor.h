@@ -322,6 +322,11 @@ uint32_t sa_session_n_batch(const sa_session * session);
 /* Cross-request memory of the session (Spec "auto"): capacity in tokens kept
  * from earlier requests (0: none). Takes effect before the next run. */
 sa_status sa_session_set_memory(sa_session * session, int64_t capacity_tokens);
+/* Before the first run: measure what that run would measure first (Spec "auto"'s
+ * step-cost table, once per model and thread count in a process), so the first
+ * request's time to first token does not include it. Nothing for other specs,
+ * or while a run is under way; sa_session_cancel stops it. */
+sa_status sa_session_prepare(sa_session * session);
 /* Forget the memory's earlier requests and the kept prompt prefix before the next run (any thread, lock-free). */
 void sa_session_forget(sa_session * session);
 /* Tokens held by the memory and the bytes it uses (as of the last run's end). */

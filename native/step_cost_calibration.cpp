@@ -1,7 +1,9 @@
 #include "step_cost_calibration.h"
 
 #include "auto_drafter.h"
+#include "engine.h"
 #include "session.h"
+#include "thread_budget.h"
 
 #include "common.h"
 #include "ggml.h"
@@ -199,6 +201,26 @@ void calibrate_step_cost(sa_session & s, Drafter * drafter) {
         autod->calibrate_step_cost(shared);
     }
     g_measured.notify_all();
+}
+
+void prepare_session(sa_session & s) {
+    Engine & e = *s.engine;
+    {
+        std::lock_guard<std::mutex> lock(e.mu);
+        if (e.stepping || !e.active.empty()) return;  // a run measures (or finds) the table itself
+        e.stepping = true;  // a run that starts now waits for this step
+    }
+    struct Release {
+        Engine & e;
+        ~Release() {
+            std::lock_guard<std::mutex> lock(e.mu);
+            e.stepping = false;
+            e.cv.notify_all();
+        }
+    } release{e};
+    ThreadShare share(s.threads, s.ctx_tgt, s.ctx_dft);  // the thread counts a run would get now
+    share.refresh();
+    calibrate_step_cost(s, s.drafter.get());
 }
 
 uint64_t step_cost_calibrations() { return g_calibrations.load(); }

@@ -26,6 +26,13 @@ class Drafter;
 // run measures it). A cancel stops the measuring; nothing is cached then.
 void calibrate_step_cost(sa_session & s, Drafter * drafter);
 
+// Before the session's first run (an actor or pool opening it): what that
+// run's calibrate_step_cost would do, at the thread counts a run would use
+// now, so the first request's time to first token does not include it
+// (docs/decisions/0079). Takes the engine's step (no run steps meanwhile);
+// nothing when a run is under way. sa_session_cancel stops it.
+void prepare_session(sa_session & s);
+
 // Times verification batches on ctx (empty on entry and on return): the
 // cost in us of a step verifying n drafted tokens for n = 0..n_max, each
 // length timed once (at most 3 s), then again within about budget_us (or 16

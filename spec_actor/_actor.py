@@ -6,7 +6,7 @@ import functools
 import inspect
 import threading
 from collections import deque
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, final
 
@@ -380,7 +380,9 @@ async def open_actor(model: Model, *, spec: Spec | str = DEFAULT_SPEC, n_ctx: in
             uses meanwhile slows it down (docs/decisions/0006); pass fewer
             where the loop is busy.
 
-    The session is created in a worker thread (it allocates the KV cache).
+    The session is created in a worker thread (it allocates the KV cache)
+    and prepared there (`Session.prepare`: under ``"auto"``, the step-cost
+    measurement that the first request would otherwise wait for).
 
     Raises:
         ConfigError: an option is unknown or out of range.
@@ -398,13 +400,39 @@ async def open_actor(model: Model, *, spec: Spec | str = DEFAULT_SPEC, n_ctx: in
     """
     ensure_trio("open_actor")
     check_actor_options(model, max_queue, stream_buffer, context_options)
-    make = functools.partial(Session, model, spec=spec, n_ctx=n_ctx, **context_options)
-    session = await trio.to_thread.run_sync(make)
+    session = await make_session(functools.partial(Session, model, spec=spec, n_ctx=n_ctx, **context_options))
     try:
         async with serve_session(session, max_queue=max_queue, stream_buffer=stream_buffer) as actor:
             yield actor
     finally:
         session.close()  # the actor's task closed it already, unless the actor was never made
+
+
+async def make_session(make: Callable[[], Session]) -> Session:
+    """Package-internal: the session ``make`` creates, made and prepared (`Session.prepare`) in worker threads.
+
+    The first request then starts at once. A cancel while it prepares sets
+    the session's cancel flag, so the worker returns within one timed batch;
+    the session is closed before the cancel goes on.
+    """
+    session = await trio.to_thread.run_sync(make)
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(_cancel_when_cancelled, session)
+            await trio.to_thread.run_sync(session.prepare)
+            nursery.cancel_scope.cancel()
+        session.clear_cancel()  # set by _cancel_when_cancelled on its way out
+    except BaseException:
+        session.close()
+        raise
+    return session
+
+
+async def _cancel_when_cancelled(session: Session) -> None:
+    try:
+        await trio.sleep_forever()
+    finally:
+        session.cancel()
 
 
 def check_actor_options(model: Model, max_queue: int, stream_buffer: int, context_options: dict[str, Any]) -> None:

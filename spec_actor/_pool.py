@@ -14,7 +14,8 @@ from typing import Any, final
 
 import trio
 
-from ._actor import DEFAULT_STREAM_BUFFER, GenerationActor, check_actor_options, open_actor, serve_session
+from ._actor import (DEFAULT_STREAM_BUFFER, GenerationActor, check_actor_options, make_session, open_actor,
+                     serve_session)
 from ._errors import ActorClosedError
 from ._guards import ensure_trio
 from ._model import Model
@@ -162,7 +163,8 @@ async def open_pool(model: Model, *, size: int = 2, spec: Spec | str = DEFAULT_S
     gives each actor its own session (which then says why).
     ``n_threads`` and ``n_threads_batch`` default to all CPUs; the
     process-wide thread budget shares them with the other sessions that
-    generate at the same time (docs/decisions/0027).
+    generate at the same time (docs/decisions/0027). The session is made
+    and prepared in worker threads, as `open_actor`'s is.
 
     Raises what `open_actor` raises. **Cancellation**: leaving the block
     closes every actor at once (each as `open_actor` describes) and waits
@@ -196,8 +198,8 @@ async def _open_batched_pool(model: Model, *, size: int, spec: Spec | str, n_ctx
                              stream_buffer: int, **context_options: Any) -> AsyncIterator[ActorPool]:
     """`open_pool` on one session with ``size`` sequences: an actor per sequence."""
     check_actor_options(model, max_queue, stream_buffer, context_options)
-    make = functools.partial(Session, model, spec=spec, n_ctx=n_ctx, n_seq=size, **context_options)
-    session = await trio.to_thread.run_sync(make)
+    session = await make_session(functools.partial(Session, model, spec=spec, n_ctx=n_ctx, n_seq=size,
+                                                   **context_options))
     try:
         async with AsyncExitStack() as stack:
             actors = [

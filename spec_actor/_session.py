@@ -317,6 +317,17 @@ class Session:
         """Decodes run since the session was made, all sequences together (one per engine step)."""
         return _ns.steps(self._live())
 
+    def prepare(self) -> None:
+        """Do now what the first run would do before its prefill, so its first token comes sooner.
+
+        Under ``Spec("auto")`` that is timing verification batches for the
+        draft-length chooser (once per model and thread count in a process,
+        docs/decisions/0060): about 16 decodes. Nothing for other specs, for
+        a table measured already, or while a run is under way. `cancel`
+        stops it. `open_actor` and `open_pool` call it (docs/decisions/0079).
+        """
+        _ns.prepare(self._live())
+
     def forget(self) -> None:
         """Drop the cross-request memory and the kept prefix; the next run starts with none (any thread, lock-free)."""
         _ns.forget(self._live())

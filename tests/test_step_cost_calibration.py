@@ -1,7 +1,8 @@
 """Spec("auto")'s step-cost table: measured once per model and thread count, then only scaled (docs/decisions/0060).
 
 The first auto run of a model at a thread count times verification batches
-on its own (empty) context; every later auto session of that model and
+on its own (empty) context, or an actor or pool does when it opens
+(`Session.prepare`, decision 0079); every later auto session of that model and
 thread count in the process reuses the table, and each session's steps only
 scale it by one factor. The counts come from a process-wide counter of
 measurements, the tables from the sessions' own cost models; no timing is
@@ -14,6 +15,7 @@ from __future__ import annotations
 import threading
 
 import pytest
+import trio
 from tiny_model_fixtures import tiny_paths  # noqa: F401 - fixture, found by pytest here
 
 import spec_actor
@@ -159,3 +161,80 @@ def test_measuring_leaves_a_recurrent_context_as_it_was(tiny_paths):
     assert calibrated and nt.step_cost_calibrations() == before + 1
     reused, *_ = generate(model)
     assert measured_first == plain == reused
+
+
+def test_an_actor_measures_when_it_opens_and_its_first_request_measures_nothing(tiny_paths):
+    """open_actor prepares the session (decision 0079): the table is there before the first request."""
+    model = fresh(tiny_paths.target)
+    before = nt.step_cost_calibrations()
+
+    async def main() -> None:
+        async with spec_actor.open_actor(model, n_ctx=N_CTX, n_threads=1) as actor:
+            assert nt.step_cost_calibrations() == before + 1  # measured at the open, no request made yet
+            _, calibrated, _ = nt.auto_step_cost(actor.session._handle)
+            assert calibrated
+            tokens = [t async for t in actor.stream(PROMPT, max_tokens=N, temp=0.0)]
+            assert tokens
+            assert nt.step_cost_calibrations() == before + 1  # the request found the table
+
+    trio.run(main)
+    assert generate(model)[2] and nt.step_cost_calibrations() == before + 1  # a bare session of that model too
+
+
+def test_a_pool_measures_once_when_it_opens(tiny_paths):
+    model = fresh(tiny_paths.target)
+    before = nt.step_cost_calibrations()
+
+    async def main() -> None:
+        async with spec_actor.open_pool(model, size=3, n_ctx=N_CTX, n_threads=1) as pool:
+            assert pool.batched and nt.step_cost_calibrations() == before + 1
+            async with trio.open_nursery() as nursery:
+                for _ in range(3):
+                    nursery.start_soon(pool.generate, PROMPT)
+            assert nt.step_cost_calibrations() == before + 1
+
+    trio.run(main)
+
+
+def test_prepare_measures_nothing_for_other_specs_or_when_cancelled(tiny_paths):
+    model = fresh(tiny_paths.target)
+    before = nt.step_cost_calibrations()
+    with Session(model, spec="none", n_ctx=N_CTX, n_threads=1) as session:
+        session.prepare()
+    assert nt.step_cost_calibrations() == before
+    with Session(model, spec="auto", n_ctx=N_CTX, n_threads=1) as session:
+        session.cancel()
+        session.prepare()  # stopped at once, nothing kept
+        assert nt.step_cost_calibrations() == before
+        assert not nt.auto_step_cost(session._handle)[1]
+        session.clear_cancel()
+        session.prepare()
+        assert nt.step_cost_calibrations() == before + 1 and nt.auto_step_cost(session._handle)[1]
+        session.prepare()  # measured already: nothing more
+        assert nt.step_cost_calibrations() == before + 1
+        assert session.run(PROMPT, max_tokens=N, temp=0.0).status == "done"
+    assert nt.step_cost_calibrations() == before + 1
+
+
+def test_a_cancelled_open_keeps_no_table_and_the_next_session_measures(tiny_paths):
+    """An open cancelled while its worker makes the session never measures: the cancel comes out first."""
+    model = fresh(tiny_paths.target)
+    before = nt.step_cost_calibrations()
+    entered = False
+
+    async def main() -> None:
+        nonlocal entered
+        with trio.CancelScope() as scope:
+            async def cancel_soon() -> None:
+                await trio.sleep(0)  # the open is in its worker thread, making the session
+                scope.cancel()
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(cancel_soon)
+                async with spec_actor.open_actor(model, n_ctx=N_CTX, n_threads=1):
+                    entered = True
+
+    trio.run(main)
+    assert not entered and nt.step_cost_calibrations() == before
+    assert generate(model)[2]
+    assert nt.step_cost_calibrations() == before + 1

@@ -220,6 +220,11 @@ def set_memory(handle: SessionHandle, tokens: int) -> None:
     check(lib.sa_session_set_memory(handle, tokens), "set memory")
 
 
+def prepare(handle: SessionHandle) -> None:
+    """Measure now what the first run would measure first (auto's step-cost table); see sa_session_prepare."""
+    check(lib.sa_session_prepare(handle), "prepare")
+
+
 def forget(handle: SessionHandle) -> None:
     """Drop the cross-request memory and the kept prompt prefix before the next run (any thread, lock-free)."""
     lib.sa_session_forget(handle)
