@@ -2,6 +2,7 @@
 #include "shim_internal.h"
 #include "abort_guard.h"
 #include "gguf_check.h"
+#include "step_cost_calibration.h"
 
 #include "common.h"
 #include "log.h"
@@ -77,6 +78,7 @@ const sa_model * model_retain(const sa_model * m) {
 
 void model_release(const sa_model * m) {
     if (m == nullptr || m->refs.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+    forget_step_cost_tables(m->model);
     llama_model_free(m->model);
     delete m;
 }

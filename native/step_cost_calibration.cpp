@@ -223,6 +223,12 @@ void prepare_session(sa_session & s) {
     calibrate_step_cost(s, s.drafter.get());
 }
 
+void forget_step_cost_tables(const llama_model * model) {
+    std::lock_guard<std::mutex> lock(g_mutex);
+    g_entries.erase(std::remove_if(g_entries.begin(), g_entries.end(), [&](const Entry & e) { return e.key.model == model; }),
+                    g_entries.end());
+}
+
 uint64_t step_cost_calibrations() { return g_calibrations.load(); }
 
 }  // namespace sa

@@ -10,6 +10,7 @@
 #include <vector>
 
 struct llama_context;
+struct llama_model;
 
 struct sa_session;
 
@@ -40,6 +41,10 @@ void prepare_session(sa_session & s);
 // decode failed.
 std::vector<double> measure_step_cost(llama_context * ctx, int32_t n_max, int64_t budget_us,
                                       const std::atomic<bool> & cancel);
+
+// Drops the tables of a model being freed: another model loaded later at
+// the same address is not the same model.
+void forget_step_cost_tables(const llama_model * model);
 
 // Tables measured in this process so far (testing: counts measurements, not lookups).
 uint64_t step_cost_calibrations();

@@ -12,6 +12,7 @@ the run has measured it before.
 
 from __future__ import annotations
 
+import gc
 import threading
 
 import pytest
@@ -238,3 +239,14 @@ def test_a_cancelled_open_keeps_no_table_and_the_next_session_measures(tiny_path
     assert not entered and nt.step_cost_calibrations() == before
     assert generate(model)[2]
     assert nt.step_cost_calibrations() == before + 1
+
+
+def test_a_freed_model_takes_its_tables_along(tiny_paths):
+    """A model loaded after another was freed may land at its address; it still measures its own table."""
+    before = nt.step_cost_calibrations()
+    for k in range(3):
+        model = fresh(tiny_paths.target)
+        assert generate(model)[2]
+        assert nt.step_cost_calibrations() == before + k + 1
+        model.close()  # the last reference: the native model is freed here
+        gc.collect()
