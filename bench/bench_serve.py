@@ -196,11 +196,13 @@ async def load(url: str, server: str, clients: int, rounds: int, max_tokens: int
 
     async def client_task(i: int) -> None:
         nonlocal tokens
-        async with httpx.AsyncClient(base_url=url, timeout=600) as client:
-            for r in range(rounds):
+        for r in range(rounds):
+            # a connection per request: llama-server may close a kept-alive one between
+            # requests, and the client then fails with "Server disconnected"
+            async with httpx.AsyncClient(base_url=url, timeout=600) as client:
                 n, ttft = await stream_one(client, workload_prompt(workload, i, r), max_tokens)
-                tokens += n
-                ttfts.append(ttft)
+            tokens += n
+            ttfts.append(ttft)
 
     async with httpx.AsyncClient(base_url=url, timeout=600) as client:
         await stream_one(client, STORY, 4)  # warm up (the first request pages the model in)
