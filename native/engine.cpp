@@ -265,6 +265,27 @@ sa_status create_engine(sa_session & s, int32_t n_seq) {
     return SA_OK;
 }
 
+bool run_while_idle(sa_session & s, const std::function<void()> & fn) {
+    Engine & e = *s.engine;
+    {
+        std::lock_guard<std::mutex> lock(e.mu);
+        if (e.stepping || !e.active.empty()) return false;
+        e.stepping = true;
+    }
+    struct Release {
+        Engine & e;
+        ~Release() {
+            std::lock_guard<std::mutex> lock(e.mu);
+            e.stepping = false;
+            e.cv.notify_all();
+        }
+    } release{e};
+    ThreadShare share(s.threads, s.ctx_tgt, s.ctx_dft);
+    share.refresh();
+    fn();
+    return true;
+}
+
 sa_status run_on_slot(sa_session & s, int32_t seq, const sa_run_params & p, common_sampler * smpl, int32_t n_logprobs,
                       sa_event_cb cb, void * user) {
     Engine & e = *s.engine;

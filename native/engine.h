@@ -15,6 +15,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -78,6 +79,11 @@ struct Engine {
 // Makes the session's slots (slot 0 from the session's members) and the
 // step batch; after create_session.
 sa_status create_engine(sa_session & s, int32_t n_seq);
+
+// Runs fn as the engine's step when no request runs (one that starts
+// meanwhile waits for it), at the thread counts a step would get now;
+// false, without calling it, while a request runs.
+bool run_while_idle(sa_session & s, const std::function<void()> & fn);
 
 // Runs one request on slot seq with validated parameters; takes ownership of
 // smpl. The calling thread takes turns with the other slots' callers in

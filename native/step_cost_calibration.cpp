@@ -3,7 +3,6 @@
 #include "auto_drafter.h"
 #include "engine.h"
 #include "session.h"
-#include "thread_budget.h"
 
 #include "common.h"
 #include "ggml.h"
@@ -61,8 +60,9 @@ Entry * find(const Key & key) {
     return nullptr;
 }
 
-void forget(const Key & key) {
-    g_entries.erase(std::remove_if(g_entries.begin(), g_entries.end(), [&](const Entry & e) { return e.key == key; }),
+// Drops the entries whose key matches; under g_mutex.
+template <typename Match> void forget_if(Match match) {
+    g_entries.erase(std::remove_if(g_entries.begin(), g_entries.end(), [&](const Entry & e) { return match(e.key); }),
                     g_entries.end());
 }
 
@@ -193,7 +193,7 @@ void calibrate_step_cost(sa_session & s, Drafter * drafter) {
     clear_memory(s.ctx_tgt);
     lock.lock();
     if (table.empty()) {
-        forget(key);
+        forget_if([&](const Key & k) { return k == key; });
     } else {
         auto shared = std::make_shared<const std::vector<double>>(std::move(table));
         if (Entry * mine = find(key)) mine->table = shared;
@@ -204,29 +204,13 @@ void calibrate_step_cost(sa_session & s, Drafter * drafter) {
 }
 
 void prepare_session(sa_session & s) {
-    Engine & e = *s.engine;
-    {
-        std::lock_guard<std::mutex> lock(e.mu);
-        if (e.stepping || !e.active.empty()) return;  // a run measures (or finds) the table itself
-        e.stepping = true;  // a run that starts now waits for this step
-    }
-    struct Release {
-        Engine & e;
-        ~Release() {
-            std::lock_guard<std::mutex> lock(e.mu);
-            e.stepping = false;
-            e.cv.notify_all();
-        }
-    } release{e};
-    ThreadShare share(s.threads, s.ctx_tgt, s.ctx_dft);  // the thread counts a run would get now
-    share.refresh();
-    calibrate_step_cost(s, s.drafter.get());
+    // a run under way measures (or finds) the table itself
+    run_while_idle(s, [&] { calibrate_step_cost(s, s.drafter.get()); });
 }
 
 void forget_step_cost_tables(const llama_model * model) {
     std::lock_guard<std::mutex> lock(g_mutex);
-    g_entries.erase(std::remove_if(g_entries.begin(), g_entries.end(), [&](const Entry & e) { return e.key.model == model; }),
-                    g_entries.end());
+    forget_if([&](const Key & k) { return k.model == model; });
 }
 
 uint64_t step_cost_calibrations() { return g_calibrations.load(); }
