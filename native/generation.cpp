@@ -41,12 +41,19 @@ void Sequence::start() {
     const bool forget = slot_.forget.exchange(false);
     s_.memory.set_capacity((size_t) s_.memory_capacity.load());
     fresh_ = forget || s_.memory.capacity() == 0;
-    n_reused_ = prefix_.resume(s_, p_.prompt, p_.n_prompt, forget);
+    fused_ = fuses_first_token();
+    n_reused_ = prefix_.resume(s_, p_.prompt, p_.n_prompt, forget, fused_ ? &first_kept_ : nullptr);
     calibrate_step_cost(s_, slot_.drafter);  // auto's step-cost table, measured once per process (before the prefill)
     stats_.begin_run(t_start_, (uint64_t) p_.n_prompt, (uint64_t) n_reused_);
     prompt_tgt_.reserve((size_t) n_ctx_);
-    prompt_tgt_.assign(p_.prompt, p_.prompt + n_reused_);
+    // a kept first token comes with the whole prompt; the last prompt token joins when it is taken
+    prompt_tgt_.assign(p_.prompt, p_.prompt + n_reused_ - (first_kept_ >= 0 ? 1 : 0));
     phase_ = Phase::Prefill;
+}
+
+bool Sequence::fuses_first_token() const {
+    return argmax_ && n_logprobs_ < 0 && s_.ctx_dft == nullptr && !needs_checkpoints(s_) &&
+           (drafter_ == nullptr || s_.plan.automatic);
 }
 
 void Sequence::finish(sa_status st) {
@@ -78,13 +85,13 @@ void Sequence::keep_prefix(sa_status st) {
     // A rollback snapshot that llama.cpp applies with the next decode (n_rs_seq)
     // is not in the state a checkpoint would save now.
     const bool settled = last_pos_ < (llama_pos) tokens.size();
-    prefix_.keep(s_, std::move(tokens), live, st == SA_OK && settled);
+    prefix_.keep(s_, std::move(tokens), live, st == SA_OK && settled, first_ >= 0 ? p_.n_prompt : 0, first_);
 }
 
 
 bool Sequence::begin_step() {
     i_chunk0_ = i_chunk1_ = 0;
-    i_verify_ = -1;
+    i_verify_ = i_first_ = -1;
     t_draft_us_ = t_checkpoint_us_ = 0;
     verify_planned_ = drafted_now_ = false;
     if (ended_) return false;
@@ -102,6 +109,10 @@ int32_t Sequence::plan(common_batch & batch, int32_t room, const std::vector<Seq
         // a chunk's decode is the prompt's alone: complete() begins decoding after the last one (decision 0050)
         if (!plan_prefill(batch, room, peers) || i_chunk1_ > i_chunk0_) return batch.size() - n0;
         begin_decoding();
+        if (first_kept_ >= 0) {  // the same prompt as the previous run: its first token too
+            take_first_token(std::exchange(first_kept_, -1), -1, 0);
+            if (ended_ || slot_.pauses.load() > 0) return batch.size() - n0;
+        }
     }
     if (prepare_verify(room - (batch.size() - n0))) add_verify(batch);
     return batch.size() - n0;
@@ -112,10 +123,11 @@ bool Sequence::draft_for_step(int32_t room, bool defer) {
 }
 
 bool Sequence::plan_prefill(common_batch & batch, int32_t room, const std::vector<Sequence *> & peers) {
-    const int32_t n = p_.n_prompt - 1;  // the last prompt token is decoded with the first draft
-    if (!share_prefill(peers, n)) return false;
+    // the last prompt token is decoded with the first draft, or (fused_) with the last chunk
+    const int32_t n = n_prefill();
+    if (!share_prefill(peers, p_.n_prompt - 1)) return false;  // the last token's row is always its own
     const int32_t i0 = (int32_t) prompt_tgt_.size();
-    if (i0 >= n) return true;
+    if (i0 >= n || first_kept_ >= 0) return true;
     if (room <= 0) return false;
     // The end of the prompt is where a request that repeats or extends it
     // resumes. With a draft context such a request decodes the last two
@@ -124,7 +136,11 @@ bool Sequence::plan_prefill(common_batch & batch, int32_t room, const std::vecto
     const int32_t n_ckpt = n - (s_.ctx_dft ? 1 : 0);
     int32_t i1 = std::min(n, i0 + room);
     if (i0 < n_ckpt && n_ckpt < i1) i1 = n_ckpt;
-    for (int32_t i = i0; i < i1; ++i) batch.add(p_.prompt[i], i, seq_, false);
+    for (int32_t i = i0; i < i1; ++i) {
+        const bool row = fused_ && i == p_.n_prompt - 1;
+        const int32_t k = batch.add(p_.prompt[i], i, seq_, row);
+        if (row) i_first_ = k;
+    }
     i_chunk0_ = i0;
     i_chunk1_ = i1;
     last_pos_ = i1 - 1;
@@ -307,10 +323,19 @@ void Sequence::complete(const common_batch & batch, int64_t t_us, bool priced) {
     if (n_verify == 0 && feeds_draft_context() && !drafter_->process(batch)) return drafter_failed();
     if (n_chunk > 0) {  // a prompt chunk (its decode never holds this sequence's verification)
         stats_.add(&Counters::t_prefill_us, t_us);
-        prompt_tgt_.insert(prompt_tgt_.end(), p_.prompt + i_chunk0_, p_.prompt + i_chunk1_);  // what a cancel keeps
+        const bool last_row = i_first_ >= 0;  // the prompt's last token, whose row makes the first token
+        // what a cancel keeps (the last token joins once its row is sampled)
+        prompt_tgt_.insert(prompt_tgt_.end(), p_.prompt + i_chunk0_, p_.prompt + i_chunk1_ - (last_row ? 1 : 0));
         const int32_t n = p_.n_prompt - 1;
-        if (i_chunk1_ == n - (s_.ctx_dft ? 1 : 0)) prefix_.checkpoint(s_, i_chunk1_);
-        if (i_chunk1_ == n) begin_decoding();
+        if (!fused_ && i_chunk1_ == n - (s_.ctx_dft ? 1 : 0)) prefix_.checkpoint(s_, i_chunk1_);
+        if (last_row) {
+            begin_decoding();
+            const int64_t t0 = ggml_time_us();
+            const llama_tokens ids = argmax_sample_and_accept_n(s_.ctx_tgt, {i_first_}, {});
+            take_first_token(ids.empty() ? -1 : ids[0], i_first_, ggml_time_us() - t0);
+        } else if (!fused_ && i_chunk1_ == n) {
+            begin_decoding();
+        }
     }
     if (n_verify > 0) verified(batch, t_us, batch.size() - n_verify, priced);
 }
@@ -384,11 +409,29 @@ void Sequence::verified(const common_batch & batch, int64_t t_us, int32_t n_othe
     n_past_ += n_accepted;
 
     llama_token eog_id = -1;
-    int terminal = emit(ids, i_verify_, &eog_id);
+    const int terminal = emit(ids, i_verify_, &eog_id);
     draft_.clear();
     rb_.has_tgt = false;
     if (!trim(mem_tgt_, n_past_)) return rollback_failed("the target refused llama_memory_seq_rm");
     if (mem_dft_ && !trim(mem_dft_, n_past_)) return rollback_failed("the draft context refused llama_memory_seq_rm");
+    deliver(terminal, eog_id);
+}
+
+void Sequence::take_first_token(llama_token id, int32_t idx, int64_t t_sample_us) {
+    if (id < 0) return end_with_error(SA_ERR_INTERNAL, "the sampler returned no token");
+    ++n_past_;
+    first_ = id;
+    const llama_tokens ids{id};
+    stats_.add(&Counters::t_sample_us, t_sample_us);
+    stats_.add_step(SA_SPEC_NONE, 0, 0);
+    // the drafter's history takes the token; a prompt's decode prices no step (decision 0074)
+    if (drafter_) drafter_->observe(StepOutcome{ids, 0, 0, 0, t_sample_us, true, 0, false});
+    llama_token eog_id = -1;
+    const int terminal = emit(ids, idx, &eog_id);
+    deliver(terminal, eog_id);
+}
+
+void Sequence::deliver(int terminal, llama_token eog_id) {
     if (terminal < 0 && n_past_ + 1 >= n_ctx_) terminal = SA_EV_DONE;  // context full
 
     if (terminal >= 0) {

@@ -41,7 +41,7 @@ public:
     bool prefilling() const { return phase_ == Phase::Prefill; }
     const llama_tokens & held() const { return prompt_tgt_; }  // tokens whose state its cells hold
     const int32_t * prefill_tokens() const { return p_.prompt; }
-    int32_t n_prefill() const { return p_.n_prompt - 1; }  // the prompt tokens it prefills
+    int32_t n_prefill() const { return p_.n_prompt - (fused_ ? 0 : 1); }  // the prompt tokens it prefills
     int32_t prefill_left() const { return n_prefill() - (int32_t) prompt_tgt_.size(); }  // ... not yet in its cells
     // The engine step under way (Engine::epoch) when it was admitted, and
     // the one it began decoding in.
@@ -148,11 +148,19 @@ private:
     llama_pos last_pos_ = -1;  // the last position the target decoded
     bool cut_ = false;         // a decode was cancelled midway: a recurrent state is not trusted
     bool errored_ = false;     // an Error event ended the run
+    // The last prompt token is decoded with the prompt's last chunk and the
+    // first token taken from its row, as llama-server does (decision 0080):
+    // greedy by argmax, no logprobs, an attention target, no draft context,
+    // and a first step that would draft nothing (plain or auto).
+    bool fused_ = false;
+    llama_token first_kept_ = -1;  // the first token the prefix cache kept for this very prompt
+    llama_token first_ = -1;       // the first token, once made from the prompt's row or kept
     uint64_t admitted_in_ = 0, decoding_since_ = 0;  // Engine::epoch then
 
     // This step's part of the batch.
     int32_t i_chunk0_ = 0, i_chunk1_ = 0;  // prompt tokens [i_chunk0_, i_chunk1_) were added
     int32_t i_verify_ = -1;                // batch index of [last, drafts...]; -1: none this step
+    int32_t i_first_ = -1;                 // batch index of the last prompt token's row (fused_); -1: none
     bool verify_planned_ = false;          // [last, drafts...] goes into this step's batch
     bool drafted_now_ = false;             // draft_ was drafted this step (not a re-verification)
     int32_t n_pending_max_ = 0;            // the longest draft it asked for
@@ -162,6 +170,7 @@ private:
     common_batch committed_;               // feed_committed's view of the batch
 
     bool cancelled() const { return s_.cancelled() || slot_.cancel.load(std::memory_order_relaxed); }
+    bool fuses_first_token() const;
     void start();
     void begin_decoding();
     // Adds the prompt's next chunk; true when the prompt is then all in.
@@ -192,6 +201,11 @@ private:
     void rollback_failed(const char * what);
     bool roll_back(llama_tokens && ids, common_sampler_ptr && smpl_save);
     int emit(const llama_tokens & ids, int32_t i0, llama_token * eog_id);
+    // The first token without a verification (fused_): sampled from the
+    // prompt's last row at batch index idx, or kept (idx < 0).
+    void take_first_token(llama_token id, int32_t idx, int64_t t_sample_us);
+    // After emit(): the context-full check, statistics, delivery, pause.
+    void deliver(int terminal, llama_token eog_id);
     void emit_stats(int kind, llama_token eog_id = -1);
     void end_with_error(int code, const std::string & msg);
     // Ends the request: keeps the prefix, closes the statistics.

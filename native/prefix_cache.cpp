@@ -3,6 +3,7 @@
 #include "tokens.h"
 
 #include <algorithm>
+#include <utility>
 
 namespace sa {
 
@@ -38,9 +39,19 @@ bool needs_checkpoints(const sa_session & s) {
     return llama_model_is_recurrent(m) || llama_model_is_hybrid(m) || s.use_ckpt_dft;
 }
 
-int32_t PrefixCache::resume(sa_session & s, const int32_t * prompt, int32_t n_prompt, bool forget) {
+int32_t PrefixCache::resume(sa_session & s, const int32_t * prompt, int32_t n_prompt, bool forget, llama_token * first) {
     if (forget || !valid_ || !enabled.load()) reset(s);
     valid_ = false;  // until keep(): an exception midway leaves the next run a clean start
+    if (first != nullptr) *first = -1;
+    const llama_token first_kept = std::exchange(first_, -1);
+    const int32_t first_n = std::exchange(first_n_, 0);
+    if (first != nullptr && first_n == n_prompt && first_kept >= 0 && (int32_t) tokens_.size() >= n_prompt &&
+        std::equal(prompt, prompt + n_prompt, tokens_.begin()) && trim(s, n_prompt)) {
+        // the same prompt again: its state and first token are the previous run's, bit for bit
+        *first = first_kept;
+        tokens_.resize((size_t) n_prompt);
+        return n_prompt;
+    }
     // The run decodes at least the last prompt token; with a draft context
     // one more, so that the drafter's hidden state (MTP, EAGLE-3, DFlash)
     // comes from this prompt's tokens.
@@ -107,7 +118,8 @@ void PrefixCache::checkpoint(sa_session & s, int32_t n_tokens) {
     u_save_us_.fetch_add(ggml_time_us() - t0);
 }
 
-void PrefixCache::keep(sa_session & s, llama_tokens && tokens, bool live, bool save) {
+void PrefixCache::keep(sa_session & s, llama_tokens && tokens, bool live, bool save, int32_t first_n,
+                       llama_token first) {
     const int32_t n = (int32_t) tokens.size();
     const bool ckpt = needs_checkpoints(s);
     // A trimmable memory drops what lies past tokens (a stopped step's
@@ -124,6 +136,9 @@ void PrefixCache::keep(sa_session & s, llama_tokens && tokens, bool live, bool s
     tokens_ = std::move(tokens);
     live_ = live;
     valid_ = true;
+    const bool first_known = first >= 0 && first_n > 0 && first_n <= n && !ckpt;
+    first_n_ = first_known ? first_n : 0;
+    first_ = first_known ? first : -1;
     if (save && live) checkpoint(s, n);
     publish();
 }
@@ -138,6 +153,8 @@ void PrefixCache::reset(sa_session & s) {
     clear_seq(s, seq);
     tokens_.clear();
     ckpts_.clear();
+    first_n_ = 0;
+    first_ = -1;
     live_ = true;
 }
 

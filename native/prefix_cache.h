@@ -29,7 +29,11 @@ public:
     // Run start: makes the contexts hold the longest prefix of prompt that
     // they can keep and the run may reuse, drops the rest (with forget or
     // when disabled: everything), and returns its length in tokens.
-    int32_t resume(sa_session & s, const int32_t * prompt, int32_t n_prompt, bool forget);
+    // first: non-null when the run takes its first token from the prompt's
+    // own decode (docs/decisions/0080); if the previous run's prompt was this
+    // very prompt, the whole of it is kept and *first is the greedy token it
+    // made after it (else -1).
+    int32_t resume(sa_session & s, const int32_t * prompt, int32_t n_prompt, bool forget, llama_token * first = nullptr);
 
     // Saves the state after tokens [0, n_tokens) as a checkpoint, when the
     // session's contexts need them and the budget allows (oldest evicted first).
@@ -38,8 +42,11 @@ public:
     // Run end: the contexts hold the state after tokens (a trimmable memory
     // drops what lies past them). live: a recurrent state is that after
     // tokens (false when a decode was cancelled midway: only checkpoints are
-    // trusted then). save: also checkpoint that state.
-    void keep(sa_session & s, llama_tokens && tokens, bool live, bool save);
+    // trusted then). save: also checkpoint that state. first_n, first: the
+    // run's prompt was tokens' first first_n and its greedy first token came
+    // from that prompt's own decode (first_n 0: it did not).
+    void keep(sa_session & s, llama_tokens && tokens, bool live, bool save, int32_t first_n = 0,
+              llama_token first = -1);
 
     // An error: the next run starts from empty contexts and no checkpoints.
     void drop(sa_session & s);
@@ -65,6 +72,10 @@ private:
     bool valid_ = false;  // tokens_ describe the contexts (false: clear them first)
     bool live_ = false;   // a recurrent state is that after tokens_
     std::vector<Checkpoint> ckpts_;  // oldest first
+    // The previous run's prompt length and the greedy token its own decode
+    // made after it (0, -1: none): a repeat of that prompt takes both.
+    int32_t first_n_ = 0;
+    llama_token first_ = -1;
 
     std::atomic<int64_t> u_tokens_{0}, u_checkpoints_{0}, u_bytes_{0};
     std::atomic<int64_t> u_saves_{0}, u_save_us_{0}, u_restores_{0}, u_restore_us_{0};

@@ -170,11 +170,15 @@ def test_prefill_step_ms_is_checked(tiny_target):  # noqa: F811
         Session(tiny_target, prefill_step_ms=-1)
 
 
-def test_prompts_that_arrive_together_start_shortest_first_and_a_first_token_waits_for_no_prefill(tiny_target):  # noqa: F811
+@pytest.mark.parametrize("logprobs", [None, 1], ids=["first-token-from-prompt", "first-token-step"])
+def test_prompts_that_arrive_together_start_shortest_first_and_first_tokens_wait_for_no_prefill(tiny_target, logprobs):  # noqa: F811
     """Three prompts (30, 600 and 600 tokens) reach the engine in one step, beside a decoding sequence.
     Shortest first, a step takes prompts until it holds 256 of their tokens: the 30 and one 600, then
-    the other 600 in a later step. A step that makes a first token takes no prompt, so that token never
-    waits for another prompt's prefill. Counted in engine steps, each first token's step read inside it."""
+    the other 600 in a later step. A greedy prompt's first token comes from its last token's row in
+    the step that reads it (decision 0080): the first two in one step, the third in the next. With
+    logprobs a first token takes a step of its own, which takes no prompt, so that it never waits for
+    another prompt's prefill (decision 0071). Counted in engine steps, each first token's step read
+    inside it."""
     rng = random.Random(11)
     n_vocab = tiny_target.info.n_vocab
     prompts = {1: [rng.randrange(1, n_vocab) for _ in range(30)],
@@ -202,7 +206,7 @@ def test_prompts_that_arrive_together_start_shortest_first_and_a_first_token_wai
                                    kwargs={"seq": 0, "max_tokens": 200, "temp": 0.0, "on_events": decoder_events})
         decoder.start()
         runs = [threading.Thread(target=session.run, args=(prompts[seq],),
-                                 kwargs={"seq": seq, "max_tokens": 2, "temp": 0.0,
+                                 kwargs={"seq": seq, "max_tokens": 2, "temp": 0.0, "logprobs": logprobs,
                                          "on_events": first_token_step(seq)}) for seq in prompts]
         try:
             assert held.wait(60)
@@ -217,6 +221,38 @@ def test_prompts_that_arrive_together_start_shortest_first_and_a_first_token_wai
             session.cancel(0)
             decoder.join(60)
     assert sorted(first) == [1, 2, 3]
-    # the 30 and one 600 (the one admitted first) prefill in one step and make their first tokens in the
-    # next (no prompt in it); the other 600 prefills in the step after that, its first token one step later
-    assert sorted([first[2], first[3]]) == [first[1], first[1] + 2], first
+    if logprobs is None:
+        # the 30 and one 600 (the one admitted first) make their first tokens in the step that reads
+        # them, the other 600 in the next
+        assert sorted([first[2], first[3]]) == [first[1], first[1] + 1], first
+    else:
+        # the 30 and one 600 prefill in one step and make their first tokens in the next (no prompt
+        # in it); the other 600 prefills in the step after that, its first token one step later
+        assert sorted([first[2], first[3]]) == [first[1], first[1] + 2], first
+
+
+@pytest.mark.parametrize("spec", ["none", "auto"])
+def test_a_first_token_from_the_prompts_last_row_gives_a_first_token_steps_output(tiny_target, spec):  # noqa: F811
+    """A greedy request takes its first token from its prompt's last row (decision 0080); with logprobs
+    it takes it from a step of its own. On the float32 tiny model both give the same whole output, for
+    prompts of 1 and 2 tokens, one chunk, and several chunks (n_batch 64): a wrong row, or a last token
+    decoded twice or not at all, would change it."""
+    rng = random.Random(17)
+    n_vocab = tiny_target.info.n_vocab
+    with Session(tiny_target, spec=spec, n_ctx=512, n_batch=64, n_ubatch=64, n_threads=1,
+                 prefix_cache=False) as session:
+        for n_prompt in (1, 2, 37, 64, 65, 200):
+            prompt = [rng.randrange(1, n_vocab) for _ in range(n_prompt)]
+            steps0 = session.steps()
+            from_row = session.run(prompt, max_tokens=24, temp=0.0)
+            steps1 = session.steps()
+            from_step = session.run(prompt, max_tokens=24, temp=0.0, logprobs=1)
+            steps2 = session.steps()
+            assert len(from_row.tokens) == 24, n_prompt
+            differs_at = first_difference(from_row.tokens, from_step.tokens)
+            assert list(from_row.tokens) == list(from_step.tokens), (n_prompt, differs_at)
+            if spec == "none":  # one token a step: the engine steps follow from the chunks
+                # the prompt's chunks of 64 hold its last token and make the first output token
+                assert steps1 - steps0 == -(-n_prompt // 64) + 23, n_prompt
+                # the chunks hold all but the last token, which a step of its own decodes
+                assert steps2 - steps1 == -(-(n_prompt - 1) // 64) + 24, n_prompt

@@ -304,9 +304,10 @@ def test_a_consumer_error_keeps_what_was_computed(tiny_target):  # noqa: F811
         p1 = session.tokenize(TEXT)
         with pytest.raises(Boom):
             session.run(p1, max_tokens=40, temp=0.0, on_events=sink)
-        assert session.prefix_cache_usage().tokens == len(p1)  # the prompt: its last token decoded with the first
+        assert session.prefix_cache_usage().tokens == len(p1)  # the prompt, whose own decode made the first token
         r = session.run(p1, max_tokens=40, temp=0.0)
-        assert r.stats.prompt_reused == len(p1) - 1 and r.tokens == fresh(tiny_target, "none", p1, 40).tokens
+        # the same greedy prompt again takes all of it and that first token (decision 0080)
+        assert r.stats.prompt_reused == len(p1) and r.tokens == fresh(tiny_target, "none", p1, 40).tokens
 
 
 # -- conversations, control -----------------------------------------------------------------------
@@ -360,8 +361,9 @@ async def test_prefix_cache_off_and_forget(tiny_target):  # noqa: F811
         actor.forget()
         third, fourth = await reused(actor), await reused(actor)
         total = actor.stats()
-    assert (first, second, third, fourth) == (0, len(prompt) - 1, 0, len(prompt) - 1)
-    assert total.prompt_reused == 2 * (len(prompt) - 1)
+    # a repeated greedy prompt is reused whole, with the first token its own decode made (decision 0080)
+    assert (first, second, third, fourth) == (0, len(prompt), 0, len(prompt))
+    assert total.prompt_reused == 2 * len(prompt)
     assert total.prompt_prefilled == 4 * len(prompt) - total.prompt_reused
     with pytest.raises(spec_actor.ConfigError, match="prefix_cache"):
         Session(tiny_target, prefix_cache="yes")
@@ -409,7 +411,7 @@ def test_print_stats_reports_the_prefix_cache(tiny_target, hybrid_model, capfd):
         session.print_stats()
     err = capfd.readouterr().err
     held = len(prompt) + 3  # the prompt and the output but its last token
-    assert f"prefix cache: on, {len(prompt) - 1} of {2 * len(prompt)} prompt tokens reused, {held} tokens held" in err
+    assert f"prefix cache: on, {len(prompt)} of {2 * len(prompt)} prompt tokens reused, {held} tokens held" in err
     assert "checkpoints" not in err
     with Session(hybrid_model, spec="none", **CTX) as session:
         session.run(prompt, max_tokens=4, temp=0.0)
