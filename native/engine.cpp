@@ -216,6 +216,10 @@ void step(sa_session & s, const std::vector<Sequence *> & seqs) {
     e.sole.store(in.size() == 1 ? in[0]->slot().seq : -1);
     const int64_t t0 = ggml_time_us();
     const int32_t ret = llama_process(s.ctx_tgt, LLAMA_PROCESS_TYPE_DECODE, batch.get());
+    // On a GPU the decode returns once its work is queued: the step's time
+    // ends when its outputs are ready, as the step-cost calibration's does
+    // (decision 0081); on the CPU backend the decode has finished already.
+    if (ret == 0) llama_synchronize(s.ctx_tgt);
     const int64_t t_us = ggml_time_us() - t0;
     e.sole.store(-1);
     e.steps.fetch_add(1);
