@@ -20,6 +20,8 @@ constexpr double kShapeDecay = 0.95;        // a length's cost ratio follows its
 constexpr double kShapeWeight = 1.0;        // pseudo-observation of ratio 1 behind each length
 constexpr double kScaleDecay = 0.95;        // the calibrated table's scale follows the last ~20 steps
 constexpr double kScaleWeight = 1.0;        // pseudo-observation of scale 1 behind it
+constexpr double kKindWeight = 1.0;         // pseudo-observations of the overall scale behind each kind's
+constexpr double kKindForget = 0.99;        // a kind's decay at each step of the other kind
 
 // How many of a table's last entries repeat past its end.
 constexpr size_t kRepeatedTail = 8;
@@ -84,6 +86,7 @@ void PositionAcceptance::observe(int32_t n_checked, int32_t n_accepted) {
 void StepCost::reset() {
     s_w_ = s_x_ = s_y_ = s_xx_ = s_xy_ = 0;
     log_scale_ = scale_w_ = 0;
+    one_token_ = batched_ = Kind{};
     shape_w_.clear();
     shape_r_.clear();
 }
@@ -93,9 +96,16 @@ void StepCost::fix(std::vector<double> us_by_length) { fixed_ = std::move(us_by_
 void StepCost::calibrate(std::vector<double> us_by_length) {
     table_ = std::move(us_by_length);
     log_scale_ = scale_w_ = 0;
+    one_token_ = batched_ = Kind{};
 }
 
 double StepCost::scale() const { return std::exp(log_scale_ / (scale_w_ + kScaleWeight)); }
+
+double StepCost::kind_scale(int32_t n) const {
+    const Kind & k = n == 0 ? one_token_ : batched_;
+    const double overall = log_scale_ / (scale_w_ + kScaleWeight);
+    return std::exp((k.log_sum + kKindWeight * overall) / (k.weight + kKindWeight));
+}
 
 double StepCost::line(int32_t n) const {
     if (s_w_ <= 0.0) {
@@ -121,7 +131,7 @@ double StepCost::shape(int32_t n) const {
 
 double StepCost::at(int32_t n) const {
     if (!fixed_.empty()) return table_at(fixed_, n);
-    if (!table_.empty()) return scale() * table_at(table_, n);
+    if (!table_.empty()) return kind_scale(n) * table_at(table_, n);
     return line(n) * shape(n);
 }
 
@@ -131,9 +141,22 @@ void StepCost::observe(int32_t n_verified, int64_t us) {
         // One factor for every length, its log a decayed mean (a step counts
         // at most kOutlier times off the table either way), so the table's
         // shape stays the measured one whatever the load does.
-        const double r = std::log(std::max((double) us, 1.0) / table_at(table_, n_verified));
-        log_scale_ = log_scale_ * kScaleDecay + std::clamp(r, -std::log(kOutlier), std::log(kOutlier));
+        const double r = std::clamp(std::log(std::max((double) us, 1.0) / table_at(table_, n_verified)),
+                                    -std::log(kOutlier), std::log(kOutlier));
+        log_scale_ = log_scale_ * kScaleDecay + r;
         scale_w_ = scale_w_ * kScaleDecay + 1.0;
+        // A one-token decode and a batch each keep their own factor as well,
+        // leaning on the overall one: on a GPU the one-token decode runs as
+        // a CUDA graph and a batch does not, a difference of shape that the
+        // calibration misses (decision 0083). A kind follows its own last
+        // ~20 steps, and returns to the overall factor over ~100 steps of
+        // the other kind (a batch priced high under a passing load is tried again).
+        for (Kind * k : {&one_token_, &batched_}) {
+            const bool own = (k == &one_token_) == (n_verified == 0);
+            const double decay = own ? kScaleDecay : kKindForget;
+            k->log_sum = k->log_sum * decay + (own ? r : 0.0);
+            k->weight = k->weight * decay + (own ? 1.0 : 0.0);
+        }
         return;
     }
     // Timing noise only ever adds (llama.cpp reserving buffers for a new

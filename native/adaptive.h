@@ -58,7 +58,9 @@ private:
 //
 // Calibrated (calibrate(), auto's sessions: docs/decisions/0060): the shape
 // is a table measured once per model and thread count, and the steps only
-// scale it, by one decayed factor that follows the machine's load.
+// scale it, by a decayed factor that follows the machine's load: one for
+// one-token decodes and one for batches, each leaning on the factor of all
+// steps (docs/decisions/0083).
 class StepCost {
 public:
     // Forgets what was learned online (the line, the shape, the scale); a
@@ -77,13 +79,20 @@ public:
     // scaled by the steps observed; scale 1 until a step was observed.
     void calibrate(std::vector<double> us_by_length);
     bool calibrated() const { return !table_.empty(); }
-    // The factor the calibrated table is priced at now (1 when not calibrated).
+    // The factor of all steps so far (1 when not calibrated or nothing seen).
     double scale() const;
+    // The factor the calibrated table is priced at now for a step verifying
+    // n drafted tokens: a one-token decode's (n = 0) or a batch's.
+    double kind_scale(int32_t n) const;
 
 private:
     std::vector<double> fixed_;
     std::vector<double> table_;            // calibrated shape (us)
     double log_scale_ = 0, scale_w_ = 0;   // decayed sum of log(measured / table) and its weight
+    struct Kind {
+        double log_sum = 0, weight = 0;    // the same, over one kind of step
+    };
+    Kind one_token_, batched_;
     double s_w_ = 0, s_x_ = 0, s_y_ = 0, s_xx_ = 0, s_xy_ = 0;
     std::vector<double> shape_w_, shape_r_;  // per length: decayed weight and weighted ratio sum
 

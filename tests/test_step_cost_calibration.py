@@ -4,7 +4,8 @@ The first auto run of a model at a thread count times verification batches
 on its own (empty) context, or an actor or pool does when it opens
 (`Session.prepare`, decision 0079); every later auto session of that model and
 thread count in the process reuses the table, and each session's steps only
-scale it by one factor. The counts come from a process-wide counter of
+scale it: by one factor for one-token decodes and one for batches, each
+leaning on the factor of all steps (decision 0083). The counts come from a process-wide counter of
 measurements, the tables from the sessions' own cost models; no timing is
 asserted. Each test loads its own copy of a tiny model, so no other test of
 the run has measured it before.
@@ -55,8 +56,9 @@ def test_measured_once_per_model_and_thread_count_then_reused(tiny_paths):
     for _ in range(2):  # later sessions, and a session's later runs, measure nothing
         _, again, calibrated, scale = generate(model)
         assert calibrated and nt.step_cost_calibrations() == before + 1
-        # the same table, each session with its own scale
-        assert [a / again[0] for a in again] == pytest.approx([t / table[0] for t in table], rel=1e-9)
+        # the same table, each session with its own scale: its batches' entries keep their ratios
+        # exactly (a one-token decode has a factor of its own, decision 0083)
+        assert [a / again[1] for a in again[1:]] == pytest.approx([t / table[1] for t in table[1:]], rel=1e-9)
     generate(model, n_threads=2)  # another thread count is another table
     assert nt.step_cost_calibrations() == before + 2
     generate(fresh(tiny_paths.mtp))  # another model object (it may be offloaded differently)
@@ -73,7 +75,7 @@ def test_sessions_starting_together_measure_once(tiny_paths):
         try:
             _, table, calibrated, _ = generate(model)
             assert calibrated
-            tables.append([t / table[0] for t in table])
+            tables.append([t / table[1] for t in table[1:]])  # a batch's entries (decision 0083)
         except BaseException as e:  # noqa: BLE001 - handed to the test thread
             errors.append(e)
 
@@ -106,10 +108,33 @@ def test_the_steps_only_scale_the_table():
     slow = [(n, int(2 * TABLE[n])) for n in (0, 1, 3) * 80]
     predicted = nt.step_cost(slow, query, calibrated=TABLE)
     assert predicted[0] == pytest.approx(2 * TABLE[0], rel=0.05)
-    for n in query:  # every length, seen or not, keeps its ratio to the others
-        assert predicted[n] / predicted[0] == pytest.approx(unscaled[n] / unscaled[0], rel=1e-9), n
+    for n in query[1:]:  # every batch length, seen or not, keeps its ratio to the others
+        assert predicted[n] / predicted[1] == pytest.approx(unscaled[n] / unscaled[1], rel=1e-9), n
+    # and to a one-token decode, within what the two factors' weights leave (decision 0083)
+    assert predicted[1] / predicted[0] == pytest.approx(unscaled[1] / unscaled[0], rel=0.01)
     assert predicted[2] > predicted[3]  # the shape a line would lose
 
+
+def test_a_one_token_decode_and_a_batch_each_learn_their_factor():
+    """On a GPU a one-token decode runs as a CUDA graph and a batch does not (decision 0083).
+
+    The table is the one auto calibrated on an H200 (decision 0081). There a plain step took about
+    1,050 us, 0.66 of the table's 1,586, and the drafted steps about 2,600-2,900 us, near 1.45 of
+    the table's batch entries: one factor for all steps priced a batch of 3 at 1.19 plain steps
+    where it cost about 2.6. Here the steps are priced that way, plain and batched in turn."""
+    gpu = [1586.0, 1871.0, 1837.0, 1881.0, 1886.0, 1940.0, 1985.0, 1997.0, 2527.0, 2560.0, 2567.0,
+           2606.0, 2650.0, 2668.0, 2680.0, 2710.0, 3240.0]
+    factor = {0: 0.66, 2: 1.45, 3: 1.45, 8: 1.45}
+    steps = [(n, int(factor[n] * gpu[n])) for n in (0, 0, 2, 0, 3, 0, 8) * 30]
+    predicted = nt.step_cost(steps, [0, 2, 3, 8], calibrated=gpu)
+    for k, n in enumerate((0, 2, 3, 8)):
+        assert predicted[k] == pytest.approx(factor[n] * gpu[n], rel=0.06), (n, predicted)
+    measured_ratio = 1.45 * gpu[3] / (0.66 * gpu[0])  # a batch of 3 against a plain step: 2.6
+    assert predicted[2] / predicted[0] == pytest.approx(measured_ratio, rel=0.1)
+    # a batch is still priced so after 20 plain steps, and returns to the factor of all steps after 600
+    for n_plain, expected in ((20, measured_ratio), (600, gpu[3] / gpu[0])):
+        later = nt.step_cost([*steps, *[(0, int(0.66 * gpu[0]))] * n_plain], [0, 3], calibrated=gpu)
+        assert later[1] / later[0] == pytest.approx(expected, rel=0.1), (n_plain, later)
 
 def test_past_its_end_the_table_repeats_its_last_entries_rising_with_them():
     """A batch of many sequences is priced past the measured lengths: the kernels' block shape goes on.
