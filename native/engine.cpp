@@ -54,7 +54,11 @@ constexpr int32_t kMinTimedBatch = 32;
 
 // Whether this step's prompts are cut to the latency target: a prompt
 // arrived while another sequence was already decoding (requests that
-// arrive together prefill at full speed, then decode together).
+// arrive together prefill at full speed, then decode together). A prompt
+// admitted during the step in which a sequence began decoding came after
+// it: that step read the decoder's last prompt chunk, and since decision
+// 0080 it also made the decoder's first token, whose reader may send the
+// next prompt before the step is over.
 bool cuts_prompts(const std::vector<Sequence *> & seqs) {
     uint64_t oldest_decoder = UINT64_MAX, newest_prompt = 0;
     for (const Sequence * q : seqs) {
@@ -62,7 +66,7 @@ bool cuts_prompts(const std::vector<Sequence *> & seqs) {
         if (q->decoding()) oldest_decoder = std::min(oldest_decoder, q->decoding_since());
         else newest_prompt = std::max(newest_prompt, q->admitted_in());
     }
-    return oldest_decoder < newest_prompt;
+    return oldest_decoder <= newest_prompt;
 }
 
 // How many tokens the step's batch may hold once its decoding sequences

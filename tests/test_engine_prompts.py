@@ -115,18 +115,26 @@ def test_no_sharing_without_the_prefix_cache(tiny_target):  # noqa: F811
         assert session.run(prompts[1], seq=1, max_tokens=4, temp=0.0).stats.prompt_reused == 0
 
 
-def _steps_while_a_long_prompt_prefills(model: spec_actor.Model, prefill_step_ms: int) -> tuple[int, int]:
+def _steps_while_a_long_prompt_prefills(model: spec_actor.Model, prefill_step_ms: int,
+                                        in_first_token_step: bool = False) -> tuple[int, int]:
     """(steps, tokens of the decoding request) from a 240-token prompt's arrival to its first token.
 
-    Slot 0 decodes (plain: one token per step) while slot 1's prompt comes in.
+    Slot 0 decodes (plain: one token per step) while slot 1's prompt comes in. With
+    ``in_first_token_step`` slot 0's reader holds the step that made its first token until slot 1's
+    prompt has been sent, so that the prompt is admitted during that step.
     """
     decoding = threading.Event()
+    sent = threading.Event()
     first_token = threading.Event()
     marks: dict[str, int] = {}
     made = [0]
 
     def count_decoder(events: list[Any]) -> bool:
         made[0] += sum(isinstance(ev, Token) for ev in events)
+        if in_first_token_step and not decoding.is_set():
+            decoding.set()
+            sent.wait(10)
+            time.sleep(0.2)  # the prompt's run reaches its admission meanwhile
         decoding.set()
         return True
 
@@ -146,6 +154,7 @@ def _steps_while_a_long_prompt_prefills(model: spec_actor.Model, prefill_step_ms
         try:
             assert decoding.wait(60)
             steps0, made0 = session.steps(), made[0]
+            sent.set()
             session.run(long_prompt, seq=1, max_tokens=1, temp=0.0, on_events=on_long)
         finally:
             session.cancel(0)
@@ -161,6 +170,15 @@ def test_a_long_prompt_is_cut_into_chunks_while_another_sequence_decodes(gemma):
     # a 1 ms target is below any chunk's time: every step takes the fewest
     # prompt tokens (16), and the decoding sequence makes its token in each
     steps, made = _steps_while_a_long_prompt_prefills(gemma, prefill_step_ms=1)
+    assert steps >= 239 // 16 - 1
+    assert made >= steps - 2
+
+
+def test_a_prompt_admitted_in_the_step_of_another_requests_first_token_is_cut(gemma):
+    """Since decision 0080 a request's first token comes from the step that read its last prompt chunk,
+    the step in which it begins decoding; a prompt its reader sends at once is admitted during that
+    step. It came after a decoding sequence all the same, so it is cut to the latency target."""
+    steps, made = _steps_while_a_long_prompt_prefills(gemma, prefill_step_ms=1, in_first_token_step=True)
     assert steps >= 239 // 16 - 1
     assert made >= steps - 2
 
