@@ -54,19 +54,18 @@ constexpr int32_t kMinTimedBatch = 32;
 
 // Whether this step's prompts are cut to the latency target: a prompt
 // arrived while another sequence was already decoding (requests that
-// arrive together prefill at full speed, then decode together). A prompt
-// admitted during the step in which a sequence began decoding came after
-// it: that step read the decoder's last prompt chunk, and since decision
-// 0080 it also made the decoder's first token, whose reader may send the
-// next prompt before the step is over.
+// arrive together prefill at full speed, then decode together). Which came
+// first is told by Engine::order, not by the step: since decision 0080 the
+// step that reads a prompt's last chunk also makes its first token, whose
+// reader may send the next prompt before that step is over.
 bool cuts_prompts(const std::vector<Sequence *> & seqs) {
     uint64_t oldest_decoder = UINT64_MAX, newest_prompt = 0;
     for (const Sequence * q : seqs) {
         if (q->ended() || !q->runnable()) continue;
         if (q->decoding()) oldest_decoder = std::min(oldest_decoder, q->decoding_since());
-        else newest_prompt = std::max(newest_prompt, q->admitted_in());
+        else newest_prompt = std::max(newest_prompt, q->admitted_at());
     }
-    return oldest_decoder <= newest_prompt;
+    return oldest_decoder < newest_prompt;
 }
 
 // How many tokens the step's batch may hold once its decoding sequences
@@ -303,7 +302,7 @@ sa_status run_on_slot(sa_session & s, int32_t seq, const sa_run_params & p, comm
     if (slot.busy) return fail(SA_ERR_INVALID_ARG, "sequence " + std::to_string(seq) + " is already running a request");
     slot.busy = true;
     slot.pauses.store(0);  // a resume owed to an earlier request is void
-    q.admit(e.epoch);
+    q.admit(e.order.fetch_add(1) + 1);
     e.active.push_back(&q);
     e.cv.notify_all();
     // Leaves the engine as the next caller expects it, also when a step throws.

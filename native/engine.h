@@ -62,6 +62,9 @@ struct Engine {
     std::vector<Sequence *> active;  // under mu: admitted, not yet ended
     bool stepping = false;           // under mu: a thread is running a step
     uint64_t epoch = 0;              // under mu: steps started (each reads `active` as it was then)
+    // Admissions and starts of decoding, numbered in the order they happened
+    // (cuts_prompts: which came first, also within one step).
+    std::atomic<uint64_t> order{0};
     // Below: only the thread running a step touches them.
     common_batch batch;
     std::optional<ThreadShare> threads;  // the CPU share while sequences run (docs/decisions/0027)

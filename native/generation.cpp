@@ -163,7 +163,7 @@ void Sequence::begin_decoding() {
     n_past_ = (int32_t) prompt_tgt_.size();
     if (drafter_) drafter_->begin(RunStart{prompt_tgt_, p_.prompt, p_.n_prompt, fresh_, p_.sampling.temp > 0.0f});
     t_decode_start_ = ggml_time_us();
-    decoding_since_ = s_.engine->epoch;
+    decoding_since_ = s_.engine->order.fetch_add(1) + 1;
     phase_ = Phase::Decode;
 }
 

@@ -43,10 +43,9 @@ public:
     const int32_t * prefill_tokens() const { return p_.prompt; }
     int32_t n_prefill() const { return p_.n_prompt - (fused_ ? 0 : 1); }  // the prompt tokens it prefills
     int32_t prefill_left() const { return n_prefill() - (int32_t) prompt_tgt_.size(); }  // ... not yet in its cells
-    // The engine step under way (Engine::epoch) when it was admitted, and
-    // the one it began decoding in.
-    void admit(uint64_t epoch) { admitted_in_ = epoch; }
-    uint64_t admitted_in() const { return admitted_in_; }
+    // When it was admitted, and when it began decoding (Engine::order).
+    void admit(uint64_t order) { admitted_at_ = order; }
+    uint64_t admitted_at() const { return admitted_at_; }
     uint64_t decoding_since() const { return decoding_since_; }
     // Tokens it holds once this step's decode is done.
     int32_t reach() const { return std::max((int32_t) prompt_tgt_.size(), i_chunk1_); }
@@ -155,7 +154,7 @@ private:
     bool fused_ = false;
     llama_token first_kept_ = -1;  // the first token the prefix cache kept for this very prompt
     llama_token first_ = -1;       // the first token, once made from the prompt's row or kept
-    uint64_t admitted_in_ = 0, decoding_since_ = 0;  // Engine::epoch then
+    uint64_t admitted_at_ = 0, decoding_since_ = 0;  // Engine::order then
 
     // This step's part of the batch.
     int32_t i_chunk0_ = 0, i_chunk1_ = 0;  // prompt tokens [i_chunk0_, i_chunk1_) were added
