@@ -151,12 +151,12 @@ void StepCost::observe(int32_t n_verified, int64_t us) {
         // calibration misses (decision 0083). A kind follows its own last
         // ~20 steps, and returns to the overall factor over ~100 steps of
         // the other kind (a batch priced high under a passing load is tried again).
-        for (Kind * k : {&one_token_, &batched_}) {
-            const bool own = (k == &one_token_) == (n_verified == 0);
-            const double decay = own ? kScaleDecay : kKindForget;
-            k->log_sum = k->log_sum * decay + (own ? r : 0.0);
-            k->weight = k->weight * decay + (own ? 1.0 : 0.0);
-        }
+        Kind & own = n_verified == 0 ? one_token_ : batched_;
+        Kind & other = n_verified == 0 ? batched_ : one_token_;
+        own.log_sum = own.log_sum * kScaleDecay + r;
+        own.weight = own.weight * kScaleDecay + 1.0;
+        other.log_sum *= kKindForget;
+        other.weight *= kKindForget;
         return;
     }
     // Timing noise only ever adds (llama.cpp reserving buffers for a new

@@ -326,15 +326,15 @@ void Sequence::complete(const common_batch & batch, int64_t t_us, bool priced) {
         const bool last_row = i_first_ >= 0;  // the prompt's last token, whose row makes the first token
         // what a cancel keeps (the last token joins once its row is sampled)
         prompt_tgt_.insert(prompt_tgt_.end(), p_.prompt + i_chunk0_, p_.prompt + i_chunk1_ - (last_row ? 1 : 0));
-        const int32_t n = p_.n_prompt - 1;
-        if (!fused_ && i_chunk1_ == n - (s_.ctx_dft ? 1 : 0)) prefix_.checkpoint(s_, i_chunk1_);
         if (last_row) {
             begin_decoding();
             const int64_t t0 = ggml_time_us();
             const llama_tokens ids = argmax_sample_and_accept_n(s_.ctx_tgt, {i_first_}, {});
             take_first_token(ids.empty() ? -1 : ids[0], i_first_, ggml_time_us() - t0);
-        } else if (!fused_ && i_chunk1_ == n) {
-            begin_decoding();
+        } else if (!fused_) {  // the last prompt token is decoded with the first draft
+            const int32_t n = p_.n_prompt - 1;
+            if (i_chunk1_ == n - (s_.ctx_dft ? 1 : 0)) prefix_.checkpoint(s_, i_chunk1_);
+            if (i_chunk1_ == n) begin_decoding();
         }
     }
     if (n_verify > 0) verified(batch, t_us, batch.size() - n_verify, priced);

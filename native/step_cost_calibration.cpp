@@ -121,7 +121,6 @@ std::vector<double> fill_table(const std::vector<std::vector<int64_t>> & times) 
 
 std::vector<double> measure_step_cost(llama_context * ctx, int32_t n_max, int64_t budget_us,
                                       const std::atomic<bool> & cancel) {
-    llama_memory_t mem = llama_get_memory(ctx);
     const int32_t n_vocab = llama_vocab_n_tokens(llama_model_get_vocab(llama_get_model(ctx)));
     common_batch batch(ctx);
     // One batch verifying n drafted tokens at the start of the sequence, its
@@ -133,7 +132,7 @@ std::vector<double> measure_step_cost(llama_context * ctx, int32_t n_max, int64_
         const int32_t ret = llama_process(ctx, LLAMA_PROCESS_TYPE_DECODE, batch.get());
         llama_synchronize(ctx);
         const int64_t dt = ggml_time_us() - t0;
-        llama_memory_clear(mem, false);
+        clear_memory(ctx);
         return ret == 0 ? dt : -1;
     };
     std::vector<int32_t> order{0, n_max};
