@@ -1,7 +1,9 @@
 // Text lookup: a cheap drafter that matches characters instead of tokens.
 // A request's prompt and output are kept as text; the longest earlier
 // occurrence of the text's tail proposes what followed it, tokenized afresh
-// from where the output stands (docs/decisions/0073). It drafts where the
+// from where the output stands (docs/decisions/0073), or, where the match
+// ends between two of the request's tokens, the tokens that followed it
+// (docs/decisions/0084). It drafts where the
 // same words come back split into other tokens, which token n-grams cannot
 // see: a name the prompt has after a space and the output writes after a
 // quote (` Aiko` against `"A` `iko`), an identifier after "(" or at a line's
@@ -46,12 +48,17 @@ public:
 private:
     const llama_vocab * vocab_;
     TokenMemory bytes_;       // the text, one unit per byte: its index finds the matches
+    std::vector<int32_t> ids_;     // the request's tokens...
+    std::vector<size_t> starts_;   // ...and where each one's piece starts in the text
     std::vector<int32_t> units_;  // scratch: a piece's bytes, or a proposal's continuation, one unit per byte
     std::string text_;        // scratch: the continuation to tokenize
     std::vector<int32_t> tokens_;
     std::string piece_;
 
     void append_piece(int32_t token);
+    // The request's own tokens from text offset from, when one starts there:
+    // at most cap whole tokens within the first n_bytes (no tokenizing).
+    bool propose_held(size_t from, size_t n_bytes, int32_t cap, std::vector<int32_t> & out) const;
 };
 
 }  // namespace sa

@@ -93,11 +93,13 @@ size_t TokenMemory::sequence_end(size_t pos) const {
     return it == starts_.end() ? tokens_.size() : *it;
 }
 
-void TokenMemory::propose(int32_t n_max, std::vector<int32_t> & out, int32_t * match_len, int32_t per_match) const {
+void TokenMemory::propose(int32_t n_max, std::vector<int32_t> & out, int32_t * match_len, int32_t per_match,
+                          size_t * from) const {
     // the tail's own position heads its chain: candidates are the ones before it
     const size_t n_tail = current_size();
     const int32_t first = n_tail >= (size_t) kKey ? prev_[tokens_.size() - 1] : -1;
-    propose_from(current(), n_tail, first, n_max, out, match_len, per_match);
+    const size_t at = propose_from(current(), n_tail, first, n_max, out, match_len, per_match);
+    if (from != nullptr) *from = at != kNowhere && at >= starts_.back() ? at - starts_.back() : kNowhere;
 }
 
 void TokenMemory::propose_after(const TokenMemory & other, int32_t n_max, std::vector<int32_t> & out,
@@ -107,11 +109,11 @@ void TokenMemory::propose_after(const TokenMemory & other, int32_t n_max, std::v
     propose_from(other.current(), n_tail, first, n_max, out, match_len, per_match);
 }
 
-void TokenMemory::propose_from(const int32_t * tail, size_t n_tail, int32_t first, int32_t n_max,
-                               std::vector<int32_t> & out, int32_t * match_len, int32_t per_match) const {
+size_t TokenMemory::propose_from(const int32_t * tail, size_t n_tail, int32_t first, int32_t n_max,
+                                 std::vector<int32_t> & out, int32_t * match_len, int32_t per_match) const {
     out.clear();
     *match_len = 0;
-    if (n_max <= 0) return;
+    if (n_max <= 0) return kNowhere;
     int32_t best_len = 0;
     size_t best_end = 0;
     int32_t visited = 0;
@@ -132,11 +134,12 @@ void TokenMemory::propose_from(const int32_t * tail, size_t n_tail, int32_t firs
             if (len == kMaxMatch) break;
         }
     }
-    if (best_len < kKey) return;  // a hash collision, not a match
+    if (best_len < kKey) return kNowhere;  // a hash collision, not a match
     const size_t avail = sequence_end(best_end) - (best_end + 1);
     const size_t want = std::min({(size_t) n_max, (size_t) best_len * (size_t) per_match, avail});
     out.assign(tokens_.begin() + (std::ptrdiff_t) (best_end + 1), tokens_.begin() + (std::ptrdiff_t) (best_end + 1 + want));
     *match_len = best_len;
+    return best_end + 1;
 }
 
 }  // namespace sa

@@ -31,9 +31,11 @@ public:
     // the current sequence's tail (the most recent one on ties). *match_len
     // receives the length of that match (0: no proposal). The proposal is cut
     // to per_match tokens per matched token, so short, chance matches
-    // propose little.
+    // propose little. from (optional) receives where in the current sequence
+    // the proposal starts (kNowhere: none, or one from an earlier sequence).
     void propose(int32_t n_max, std::vector<int32_t> & out, int32_t * match_len,
-                 int32_t per_match = kLengthPerMatch) const;
+                 int32_t per_match = kLengthPerMatch, size_t * from = nullptr) const;
+    static constexpr size_t kNowhere = SIZE_MAX;
 
     // As propose, for the tail of another memory's current sequence, matched
     // against every sequence kept here: how an earlier request went on from
@@ -72,8 +74,9 @@ private:
     // Proposes what followed the longest match of tail[0..n_tail) among the
     // chain of candidate positions from first (-1: none; each one's own
     // sequence bounds it).
-    void propose_from(const int32_t * tail, size_t n_tail, int32_t first, int32_t n_max, std::vector<int32_t> & out,
-                      int32_t * match_len, int32_t per_match) const;
+    // Returns the position of the proposal's first token (kNowhere: none).
+    size_t propose_from(const int32_t * tail, size_t n_tail, int32_t first, int32_t n_max, std::vector<int32_t> & out,
+                        int32_t * match_len, int32_t per_match) const;
     void index(size_t end);
     void evict();
     void rebuild();

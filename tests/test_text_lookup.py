@@ -51,6 +51,23 @@ def test_a_long_match_proposes_up_to_one_token_per_two_matched_bytes(gemma):
     assert len(lookup(gemma, text, n_max=2)[0]) == 2
 
 
+def test_a_match_ending_between_tokens_proposes_the_tokens_that_followed_it(gemma):
+    # decision 0084: where the earlier occurrence ends on a token boundary,
+    # the request's own tokens from there are the proposal, not a new
+    # tokenization of their text: " harb" "our" stays two tokens
+    def encode(text: str) -> list[int]:
+        return gemma.tokenizer.encode(text, add_special=False)
+
+    head, odd = encode("the grey gulls circled over the"), encode(" harb") + encode("our")
+    assert len(odd) == 2 and encode(" harbour") != odd
+    tokens = head + odd + encode(" at dawn, and the gulls were quiet. Later, ") + head
+    proposal, match = nt.text_lookup(gemma.handle, tokens, 64)
+    assert match == len(text_bytes(gemma, head))
+    # the text goes on past the first sentence: so do the tokens
+    assert proposal == tokens[len(head):len(head) + match // BYTES_PER_TOKEN]
+    assert nt.text_lookup(gemma.handle, tokens, 3)[0] == tokens[len(head):len(head) + 3]
+
+
 def test_nothing_is_proposed_without_a_match_or_a_budget(gemma):
     assert lookup(gemma, "abcdefghij") == ([], 0)
     assert lookup(gemma, "") == ([], 0)
