@@ -200,25 +200,26 @@ def test_a_model_drafter_that_pays_is_kept(mtp_model):
     assert mtp is not None and mtp.accepted >= 0.5 * mtp.drafted > 0, runs[0].stats.summary()
 
 
-# A step cost with no fixed part: each verified token costs one microsecond,
-# so a step that verifies k tokens makes at most k tokens in k microseconds,
-# the rate of a plain step. Any time spent drafting or reading a batch makes
-# a model arm's best case (every drafted token accepted) slower than plain.
-LINEAR_STEP_COST_US = [float(n + 1) for n in range(33)]
+# A plain step costs a microsecond and each drafted token a second. (A
+# linear table, one microsecond per verified token, is not enough: the cheap
+# arms' measured drafting time is paid by every step, so a longer step
+# spreads it over more tokens, and a draft paid whenever n_max times that
+# time reached the model arm's drafting and batch-reading time.)
+PROHIBITIVE_STEP_COST_US = [1.0 + 1e6 * n for n in range(33)]
 
 
 def test_a_model_drafter_that_can_never_pay_is_dropped_after_its_first_draft(mtp_model):
     """Not after a judging window: its first draft measures what it costs, and that already rules it out.
 
-    Under LINEAR_STEP_COST_US no draft can beat plain decoding however much
-    of it is accepted, so the MTP arm drafts once (at the first step) and its
+    Under PROHIBITIVE_STEP_COST_US no draft can beat plain decoding however
+    much of it is accepted, so the MTP arm drafts once (at the first step) and its
     context reads the prompt and that step's batch, nothing more. A fresh run
     re-admits it, and the same happens again.
     """
     with Session(mtp_model, spec="none", n_ctx=512, n_threads=1) as plain:
         expected = greedy(plain, TINY_PROMPT, N_TINY).tokens
     with Session(mtp_model, spec="auto", n_ctx=512, n_threads=1) as session:
-        nt.fix_step_cost_table(session._handle, LINEAR_STEP_COST_US)
+        nt.fix_step_cost_table(session._handle, PROHIBITIVE_STEP_COST_US)
         greedy(session, TINY_PROMPT, 1)  # the prompt's batches alone: one token, no step drafts
         prompt_batches, _ = nt.auto_model_arm(session._handle)
         runs, arms = [], []
