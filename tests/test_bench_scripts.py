@@ -62,6 +62,25 @@ def test_bench_actor_tiny_run_writes_its_report_and_check_follows_the_targets(be
         assert r["measure"] in done.stdout
 
 
+def test_verify_cost_times_every_sequence_in_one_decode(bench, tmp_path):
+    """--sequences K: verify-cost (native) reports K * (n + 1) tokens in each timed decode."""
+    folder, cwd = bench
+    out = tmp_path / "cost.json"
+    args = ("--sequences", "3", "--max-draft", "2", "--reps", "1", "--past", "4", "--json", str(out))
+    done = run_script(folder / "bench_verify_cost.py", *args, cwd=cwd)
+    assert_installed_package_used(done, "bench_verify_cost.py")
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(out.read_text())
+    assert report["settings"]["sequences"] == 3
+    rows = report["results"]["rows"]
+    assert [(r["draft"], r["batch"]) for r in rows] == [(0, 3), (1, 6), (2, 9)]
+    plain = rows[0]["median_us"]
+    assert plain > 0
+    for r in rows:  # the ceiling against plain batched decoding, recomputed from the recorded times
+        assert r["ceiling"] == pytest.approx((r["draft"] + 1) * plain / r["median_us"])
+    assert "plain batched decoding of 3 sequences" in done.stdout
+
+
 def test_committed_docs_match_the_committed_reports(tmp_path):
     done = run_script(BENCH / "render_docs.py", "--check", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
