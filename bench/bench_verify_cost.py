@@ -15,16 +15,16 @@ times exactly that batch for each size, interleaved round-robin, after
 
 No drafter can beat the best ceiling in the table: it bounds what any
 speculative mode reaches on this machine with this model (issue 10's 3x
-targets are checked against it).
+targets are checked against it). Costs are not linear in n on a CPU: matrix
+kernels work on blocks of rows, so an odd batch may cost more than the next
+even one; Spec("auto") learns that shape online (docs/decisions/0029).
 
 ``--sequences K`` times the step of a batched engine instead: K sequences,
 each after ``--past`` tokens of its own, each verifying n drafted tokens in
 one decode (K * (n + 1) tokens). The ceiling is then against plain batched
 decoding of the K sequences, (n + 1) * t_K(0) / t_K(n): what speculation
 can add under load, however well it drafts (issue 21's aggregate targets
-are checked against it; plain batched decoding is on par with llama-server's). Costs are not linear in n on a CPU: matrix
-kernels work on blocks of rows, so an odd batch may cost more than the next
-even one; Spec("auto") learns that shape online (docs/decisions/0029).
+are checked against it; plain batched decoding is on par with llama-server's).
 """
 
 from __future__ import annotations

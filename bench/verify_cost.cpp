@@ -80,8 +80,8 @@ int main(int argc, char ** argv) {
             const auto t0 = std::chrono::steady_clock::now();
             if (llama_decode(ctx, batch) != 0) return 1;
             llama_synchronize(ctx);
-            decoded[k] = batch.n_tokens;
             const auto t1 = std::chrono::steady_clock::now();
+            decoded[k] = batch.n_tokens;
             if (rep >= 0) times[k].push_back((long) std::chrono::duration_cast<std::chrono::microseconds>(t1 - t0).count());
             for (int seq = 0; seq < n_seq; ++seq) llama_memory_seq_rm(mem, seq, n_past, -1);
         }
