@@ -350,7 +350,8 @@ async def test_auto_tool_choice_constrains_a_call_once_the_model_starts_it(gemma
         for question in QUESTIONS:
             reply = await actor.chat(FEW_SHOT + [{"role": "user", "content": question}], tools=TOOLS,
                                      tool_choice="auto", template=_template(FAMILIES["qwen2.5"]), max_tokens=160)
-            if "<tool_call>" in reply.raw:
+            # a call the token budget cut off has no closing tag yet: only a finished call must parse
+            if "<tool_call>" in reply.raw and "</tool_call>" in reply.raw:
                 assert len(reply.tool_calls) == 1, reply.raw
                 calls.append(reply.tool_calls[0])
     assert calls, "the model never started a call"
