@@ -185,21 +185,27 @@ def repeated_phrase_prompts(model: spec_actor.Model, n: int, seed: int) -> list[
     return prompts
 
 
-def tie_free_prompts(model: spec_actor.Model, n: int, seed: int, n_tokens: int,
-                     min_margin: float = 0.01) -> list[list[int]]:
-    """n of `repeated_phrase_prompts`' prompts whose plain greedy path of n_tokens has no near-tie.
+def is_tie_free(plain: Session, prompt: Sequence[int], n_tokens: int, min_margin: float = 0.01) -> bool:
+    """Whether plain greedy decoding of n_tokens after prompt keeps its top two logits min_margin apart.
 
     A sequence decoded in one batch with others is rounded otherwise than
-    alone, even in F32, and the tiny random models have top-2 logit margins
-    as small as 5e-4 (a prompt of seed 41 parts at its first token so): the
-    tests that demand exact equality across batch compositions take prompts
-    whose top two logits stay min_margin apart at every token.
+    alone, even in F32: its cells lie in another order, and the attention
+    sums add the same terms in that order. The tiny random models have
+    top-2 logit margins as small as 3e-5, so the tests that demand exact
+    equality across batch compositions take prompts free of such ties.
+    ``plain`` is a session without speculation on the model.
     """
+    tokens = list(plain.run(list(prompt), max_tokens=n_tokens, temp=0.0).tokens)
+    return all(plain.top2(list(prompt) + tokens[:k])[2] >= min_margin for k in range(len(tokens)))
+
+
+def tie_free_prompts(model: spec_actor.Model, n: int, seed: int, n_tokens: int,
+                     min_margin: float = 0.01) -> list[list[int]]:
+    """n of `repeated_phrase_prompts`' prompts that are `is_tie_free` over n_tokens."""
     chosen: list[list[int]] = []
     with Session(model, spec="none", n_ctx=256, prefix_cache=False, n_threads=1) as plain:
         for prompt in repeated_phrase_prompts(model, 4 * n, seed):
-            tokens = list(plain.run(prompt, max_tokens=n_tokens, temp=0.0).tokens)
-            if all(plain.top2(prompt + tokens[:k])[2] >= min_margin for k in range(len(tokens))):
+            if is_tie_free(plain, prompt, n_tokens, min_margin):
                 chosen.append(prompt)
                 if len(chosen) == n:
                     return chosen
