@@ -34,6 +34,9 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import llama_patches  # noqa: E402  (beside this file; run as a script by CMake)
+
 LLAMA_CPP_PYTHON_VERSION = "0.3.36"
 BUILD_RECIPE_VERSION = "2"  # bump when the flags below change meaning
 
@@ -193,7 +196,25 @@ def resolve_source(root: Path) -> tuple[Path, str]:
         return src, "local-" + tree_fingerprint(src)
     sdist = fetch_sdist(root / "sdist")
     sha = file_sha256(sdist)
-    return extract_vendor_tree(sdist, root / f"src-{sha[:16]}"), "sdist-" + sha
+    pristine = extract_vendor_tree(sdist, root / f"src-{sha[:16]}")
+    edits = llama_patches.fingerprint()
+    return patched_copy(pristine, root / f"src-{sha[:16]}-patched-{edits}"), f"sdist-{sha}+patches-{edits}"
+
+
+def patched_copy(pristine: Path, dest: Path) -> Path:
+    """dest: a copy of the unpacked tree with llama_patches' edits made (once; idempotent)."""
+    stamp = dest / ".patched"
+    if stamp.exists():
+        return dest
+    tmp = Path(tempfile.mkdtemp(dir=dest.parent))
+    tree = tmp / "llama.cpp"
+    shutil.copytree(pristine, tree, symlinks=True)
+    llama_patches.apply(tree)
+    (tree / ".patched").write_text(llama_patches.fingerprint())
+    shutil.rmtree(dest, ignore_errors=True)
+    tree.rename(dest)
+    shutil.rmtree(tmp, ignore_errors=True)
+    return dest
 
 
 def ensure_built(cmake: str, generator: str | None, make_program: str | None) -> Path:

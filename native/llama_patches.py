@@ -1,0 +1,144 @@
+"""Edits spec_actor makes to the llama.cpp source it builds (docs/decisions/0085).
+
+Each edit replaces one exact, unique passage of one file; `apply` refuses a
+tree where a passage is missing or not unique, so a new llama.cpp version
+fails the build loudly instead of building without the edit. The edits'
+text is part of the build's cache key (llama_build.py), and the patched
+tree is a copy of the unpacked source, never the source itself.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Edit:
+    """Replace the one occurrence of ``before`` in ``path`` (relative to the tree) by ``after``."""
+
+    path: str
+    before: str
+    after: str
+
+
+# ggml's CPU flash attention takes its tiled path (64 query rows x 64 KV cells
+# per GEMM) for every batch of 64 rows or more. A tile skips a KV tile only
+# when all its rows mask all its cells. A batched engine's decode rows belong
+# to several sequences, whose cells interleave in the unified cache, so a tile
+# holding them multiplies against every sequence's cells: at 8 sequences a
+# 64-row step cost 57% more than a 56-row one after 500 tokens each. Such a
+# tile, whose rows attend to scattered cells, now takes the per-row path,
+# which skips masked cells one by one (ggml's own path below 64 rows).
+_FA_SPARSE_TILES = r'''
+// spec_actor (docs/decisions/0085): whether a tile of `rows` query rows from
+// iq1 attends to scattered cells: fewer than half the cells between each
+// row's first and last unmasked one unmasked, summed over the rows. The rows
+// of several sequences, whose cells interleave in a unified cache, do; one
+// sequence's causal rows (its prompt, its drafts) do not, and keep the GEMM
+// and its F32 accumulation.
+static bool ggml_fa_tile_is_sparse(const ggml_tensor * mask, int64_t iq1, int64_t iq2, int64_t iq3,
+                                   int64_t rows, int64_t nek1) {
+    if (mask == nullptr || mask->type != GGML_TYPE_F16) {
+        return false;
+    }
+    const int64_t kv_tile = ggml_fa_tile_config::KV;
+    int64_t open = 0, span = 0;
+    for (int64_t tq = 0; tq < rows; tq++) {
+        const uint16_t * mp = (const uint16_t *) ((const char *) mask->data + (iq1 + tq)*mask->nb[1] +
+                                                  (iq2%mask->ne[2])*mask->nb[2] + (iq3%mask->ne[3])*mask->nb[3]);
+        int64_t first = -1, last = -1;
+        for (int64_t t = 0; t*kv_tile < nek1; t++) {
+            const uint16_t * cells = mp + t*kv_tile;
+            const int n = (int) (std::min(nek1, (t + 1)*kv_tile) - t*kv_tile);
+            int in_tile = 0;  // 32-bit and branch-free: the compiler vectorizes the count
+            for (int i = 0; i < n; i++) {
+                in_tile += cells[i] != 0xFC00;  // 0xFC00: -INFINITY in F16, a masked cell
+            }
+            if (in_tile == 0) {
+                continue;
+            }
+            open += in_tile;
+            int lo = 0, hi = n - 1;
+            while (cells[lo] == 0xFC00) lo++;
+            while (cells[hi] == 0xFC00) hi--;
+            if (first < 0) first = t*kv_tile + lo;
+            last = t*kv_tile + hi;
+        }
+        span += first < 0 ? 0 : last - first + 1;
+    }
+    return 2*open < span;
+}
+
+// The rows ir0..ir1 tile by tile, each by the tiled GEMM or, where it attends
+// sparsely (ggml_fa_tile_is_sparse), by the per-row path.
+static void ggml_compute_forward_flash_attn_ext_tiles(
+        const ggml_compute_params * params,
+        ggml_tensor * dst,
+        int ir0, int ir1) {
+    const ggml_tensor * q    = dst->src[0];
+    const ggml_tensor * mask = dst->src[3];
+    const int64_t neq1 = q->ne[1];
+    const int64_t neq2 = q->ne[2];
+    const int64_t nek1 = dst->src[1]->ne[1];
+    const int64_t DK   = dst->src[1]->ne[0];
+    const int64_t DV   = dst->src[2]->ne[0];
+    const int64_t Q    = ggml_fa_tile_config::Q;
+    const int64_t KV   = ggml_fa_tile_config::KV;
+    // floats of scratch per thread, laid out as the tiled path does
+    const int64_t tiled_scratch = Q*DK + 2*Q*KV + Q*DV + KV*DV + KV*DK + (int64_t) CACHE_LINE_SIZE_F32;
+    int ir = ir0;
+    while (ir < ir1) {
+        const int64_t iq3 = ir/(neq2*neq1);
+        const int64_t iq2 = (ir - iq3*neq2*neq1)/neq1;
+        const int64_t iq1 = (ir - iq3*neq2*neq1 - iq2*neq1);
+        const int rows = (int) std::min<int64_t>((int64_t) ggml_fa_tile_config::Q, std::min<int64_t>(ir1 - ir, neq1 - iq1));
+        if (ggml_fa_tile_is_sparse(mask, iq1, iq2, iq3, rows, nek1)) {
+            // the per-row path finds its scratch at wdata + ith*(its own, smaller
+            // stride): point it at this thread's tiled scratch, which other
+            // threads' tiles never touch, instead of into thread 0's
+            ggml_compute_params own = *params;
+            own.ith   = 0;
+            own.wdata = (float *) params->wdata + params->ith*tiled_scratch;
+            ggml_compute_forward_flash_attn_ext_f16_one_chunk(&own, dst, ir, ir + rows, 0, nek1, nullptr, 0);
+        } else {
+            ggml_compute_forward_flash_attn_ext_tiled(params, dst, ir, ir + rows);
+        }
+        ir += rows;
+    }
+}
+'''
+
+EDITS = (
+    Edit(
+        path="ggml/src/ggml-cpu/ops.cpp",
+        before="// Reduction function: combines partial results across KV chunks\n",
+        after=_FA_SPARSE_TILES + "\n// Reduction function: combines partial results across KV chunks\n",
+    ),
+    Edit(
+        path="ggml/src/ggml-cpu/ops.cpp",
+        before="            if (use_tiled) {\n                ggml_compute_forward_flash_attn_ext_tiled(params, dst, ir0, ir1);\n",
+        after="            if (use_tiled) {\n                ggml_compute_forward_flash_attn_ext_tiles(params, dst, ir0, ir1);\n",
+    ),
+)
+
+
+def fingerprint() -> str:
+    """A hash of every edit, for the build's cache key."""
+    digest = hashlib.sha256()
+    for e in EDITS:
+        digest.update(f"{e.path}\0{e.before}\0{e.after}\0".encode())
+    return digest.hexdigest()[:16]
+
+
+def apply(tree: Path) -> None:
+    """Make every edit in the llama.cpp tree at ``tree``; SystemExit when a passage is not found exactly once."""
+    for e in EDITS:
+        path = tree / e.path
+        text = path.read_text()
+        count = text.count(e.before)
+        if count != 1:
+            raise SystemExit(f"llama.cpp patch: {e.path} holds the passage to replace {count} times, not once "
+                             f"(a llama.cpp this patch was not written for); see native/llama_patches.py")
+        path.write_text(text.replace(e.before, e.after))
