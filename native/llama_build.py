@@ -31,7 +31,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -159,20 +159,32 @@ def fetch_sdist(dest: Path) -> Path:
 
 def extract_vendor_tree(sdist: Path, dest: Path) -> Path:
     """Unpack only vendor/llama.cpp of the sdist into dest (idempotent)."""
-    stamp = dest / ".extracted"
-    if stamp.exists():
+
+    def unpack(tmp: Path) -> Path:
+        with tarfile.open(sdist) as tar:
+            members = [m for m in tar.getmembers() if "/vendor/llama.cpp/" in m.name]
+            tar.extractall(tmp, members=members, filter="data")
+        roots = list(tmp.glob("*/vendor/llama.cpp"))
+        if not roots:
+            raise SystemExit(f"{sdist} has no vendor/llama.cpp tree")
+        return roots[0]
+
+    return publish_tree(dest, ".extracted", sdist.name, unpack)
+
+
+def publish_tree(dest: Path, stamp: str, stamp_text: str, make: Callable[[Path], Path]) -> Path:
+    """dest, made once: ``make`` builds the tree in a temporary folder beside it, which then moves into place.
+
+    A tree whose stamp file exists is complete; an interrupted one is made again.
+    """
+    if (dest / stamp).exists():
         return dest
     tmp = Path(tempfile.mkdtemp(dir=dest.parent))
-    with tarfile.open(sdist) as tar:
-        members = [m for m in tar.getmembers() if "/vendor/llama.cpp/" in m.name]
-        tar.extractall(tmp, members=members, filter="data")
-    roots = list(tmp.glob("*/vendor/llama.cpp"))
-    if not roots:
-        raise SystemExit(f"{sdist} has no vendor/llama.cpp tree")
+    tree = make(tmp)
+    (tree / stamp).write_text(stamp_text)
     shutil.rmtree(dest, ignore_errors=True)
-    roots[0].rename(dest)
+    tree.rename(dest)
     shutil.rmtree(tmp, ignore_errors=True)
-    stamp.write_text(sdist.name)
     return dest
 
 
@@ -203,18 +215,14 @@ def resolve_source(root: Path) -> tuple[Path, str]:
 
 def patched_copy(pristine: Path, dest: Path) -> Path:
     """dest: a copy of the unpacked tree with llama_patches' edits made (once; idempotent)."""
-    stamp = dest / ".patched"
-    if stamp.exists():
-        return dest
-    tmp = Path(tempfile.mkdtemp(dir=dest.parent))
-    tree = tmp / "llama.cpp"
-    shutil.copytree(pristine, tree, symlinks=True)
-    llama_patches.apply(tree)
-    (tree / ".patched").write_text(llama_patches.fingerprint())
-    shutil.rmtree(dest, ignore_errors=True)
-    tree.rename(dest)
-    shutil.rmtree(tmp, ignore_errors=True)
-    return dest
+
+    def copy_and_edit(tmp: Path) -> Path:
+        tree = tmp / "llama.cpp"
+        shutil.copytree(pristine, tree, symlinks=True)
+        llama_patches.apply(tree)
+        return tree
+
+    return publish_tree(dest, ".patched", llama_patches.fingerprint(), copy_and_edit)
 
 
 def ensure_built(cmake: str, generator: str | None, make_program: str | None) -> Path:
