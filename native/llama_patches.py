@@ -110,6 +110,20 @@ static void ggml_compute_forward_flash_attn_ext_tiles(
 }
 '''
 
+# llama.cpp sizes the buffer its decodes copy their outputs into for one row
+# per sequence when a context is made, and makes a new one, cleared, each
+# time a decode asks for more rows than the last largest one. A batched
+# engine's verification steps grow from a few rows to hundreds as sequences
+# start to draft, so a new server re-allocated and cleared it about ten times
+# in its first seconds, and the kernel's page faults for those fresh pages
+# cost eight first requests about a tenth of their time (docs/decisions/0086).
+# A context whose caller bounds its outputs (n_outputs_max, as spec_actor's
+# and llama-server's do) gets the buffer for all of them when it is made.
+_OUTPUTS_RESERVED = (
+    "            const uint32_t n_reserve = std::max(params.n_seq_max, params.n_outputs_max);  // spec_actor: 0086\n"
+    "            if (output_reserve(n_reserve) < n_reserve) {\n"
+)
+
 EDITS = (
     Edit(
         path="ggml/src/ggml-cpu/ops.cpp",
@@ -120,6 +134,11 @@ EDITS = (
         path="ggml/src/ggml-cpu/ops.cpp",
         before="            if (use_tiled) {\n                ggml_compute_forward_flash_attn_ext_tiled(params, dst, ir0, ir1);\n",
         after="            if (use_tiled) {\n                ggml_compute_forward_flash_attn_ext_tiles(params, dst, ir0, ir1);\n",
+    ),
+    Edit(
+        path="src/llama-context.cpp",
+        before="            if (output_reserve(params.n_seq_max) < params.n_seq_max) {\n",
+        after=_OUTPUTS_RESERVED,
     ),
 )
 

@@ -1,4 +1,4 @@
-"""The edits spec_actor makes to llama.cpp's source (native/llama_patches.py, decision 0085).
+"""The edits spec_actor makes to llama.cpp's source (native/llama_patches.py, decisions 0085 and 0086).
 
 The build must make every edit in the tree it compiles, and refuse a tree
 where a passage to replace is missing or ambiguous rather than build an
@@ -36,25 +36,32 @@ def test_the_built_tree_carries_every_edit_and_its_stamp():
     assert (source / ".patched").read_text() == llama_patches.fingerprint()
 
 
-def _tree(tmp_path: Path, text: str) -> Path:
-    path = tmp_path / llama_patches.EDITS[0].path
-    path.parent.mkdir(parents=True)
-    path.write_text(text)
+def _tree(tmp_path: Path, texts: dict[str, str]) -> Path:
+    for rel, text in texts.items():
+        path = tmp_path / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
     return tmp_path
 
 
+def _paths() -> list[str]:
+    return list(dict.fromkeys(e.path for e in llama_patches.EDITS))
+
+
 def test_apply_makes_each_edit_once(tmp_path):
-    original = "head\n" + "".join(e.before for e in llama_patches.EDITS) + "tail\n"
-    tree = _tree(tmp_path, original)
+    def text(rel: str, side: str) -> str:
+        return "head\n" + "".join(getattr(e, side) for e in llama_patches.EDITS if e.path == rel) + "tail\n"
+
+    tree = _tree(tmp_path, {rel: text(rel, "before") for rel in _paths()})
     llama_patches.apply(tree)
-    expected = "head\n" + "".join(e.after for e in llama_patches.EDITS) + "tail\n"
-    assert (tree / llama_patches.EDITS[0].path).read_text() == expected
+    for rel in _paths():
+        assert (tree / rel).read_text() == text(rel, "after"), rel
 
 
 @pytest.mark.parametrize("copies", [0, 2])
 def test_apply_refuses_a_tree_without_exactly_one_passage(tmp_path, copies):
     first = llama_patches.EDITS[0]
-    tree = _tree(tmp_path, "head\n" + first.before * copies + "tail\n")
+    tree = _tree(tmp_path, {first.path: "head\n" + first.before * copies + "tail\n"})
     with pytest.raises(SystemExit, match=f"{copies} times, not once"):
         llama_patches.apply(tree)
 
@@ -76,15 +83,21 @@ PER_ROW_BOUND = 0.03
 TILED_BOUND = 1e-4
 
 
-@pytest.mark.parametrize("threads", [1, 2])
-def test_flash_attention_matches_a_double_precision_reference_on_batched_shapes(tmp_path, threads):
+def _compile_check(tmp_path: Path, name: str, libs: list[str]) -> Path:
+    """tests/native/<name>.cpp built against the cached llama.cpp build."""
     prefix = _prefix()
     source = _built_source()
-    exe = tmp_path / "flash_attn_check"
+    exe = tmp_path / name
     subprocess.run([os.environ.get("CXX", "g++"), "-O2", "-std=c++17", "-o", str(exe),
-                    str(Path(__file__).parent / "native" / "flash_attn_check.cpp"),
-                    f"-I{source / 'ggml' / 'include'}", f"-L{prefix / 'lib'}", "-lggml", "-lggml-base", "-lggml-cpu",
-                    f"-Wl,-rpath,{prefix / 'lib'}", "-lpthread"], check=True)
+                    str(Path(__file__).parent / "native" / f"{name}.cpp"),
+                    f"-I{source / 'include'}", f"-I{source / 'ggml' / 'include'}", f"-L{prefix / 'lib'}",
+                    *[f"-l{lib}" for lib in libs], f"-Wl,-rpath,{prefix / 'lib'}", "-lpthread"], check=True)
+    return exe
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_flash_attention_matches_a_double_precision_reference_on_batched_shapes(tmp_path, threads):
+    exe = _compile_check(tmp_path, "flash_attn_check", ["ggml", "ggml-base", "ggml-cpu"])
     out = subprocess.run([str(exe), str(threads)], capture_output=True, text=True, check=True, timeout=120).stdout
     cases = [(m[1], int(m[2]), float(m[3]), int(m[4]))
              for m in re.finditer(r"case (\S+) rows (\d+) max_err (\S+) nan (\d+)", out)]
@@ -94,3 +107,15 @@ def test_flash_attention_matches_a_double_precision_reference_on_batched_shapes(
         assert rows >= 64 and nan == 0 and err < PER_ROW_BOUND, out
     # one sequence's causal prompt attends densely: it stays on the F32 GEMM
     assert cases[2][2] < TILED_BOUND, out
+
+
+def test_a_context_bounding_its_outputs_keeps_one_output_buffer(tmp_path):
+    # decision 0086: llama.cpp made a new, cleared output buffer each time a
+    # decode asked for more rows than before; a context made with
+    # n_outputs_max holds the buffer for all of them from the start
+    from spec_actor import default_model_path
+
+    exe = _compile_check(tmp_path, "output_buffer_check", ["llama", "ggml", "ggml-base"])
+    out = subprocess.run([str(exe), str(default_model_path()), "48"], capture_output=True, text=True, check=True,
+                         timeout=120).stdout
+    assert out.split() == ["rows", "48", "same_buffer", "1", "first_logit_finite", "1"], out
