@@ -12,13 +12,13 @@ std::vector<int32_t> allocate_drafts(const std::vector<DraftOption> & options, i
     if (n_fixed <= 0 || n_fixed > n_total) return lengths;
     // next[i]: the length option i reaches with its next token
     std::vector<int32_t> next(options.size(), 1);
-    auto gain = [&](size_t i) { return (*options[i].expected)[(size_t) next[i]] - (*options[i].expected)[(size_t) next[i] - 1]; };
+    auto gain = [&](size_t i) { return options[i].weight * ((*options[i].expected)[(size_t) next[i]] - (*options[i].expected)[(size_t) next[i] - 1]); };
     std::priority_queue<std::pair<double, size_t>> queue;  // (marginal expected tokens, option)
     for (size_t i = 0; i < options.size(); ++i) {
         if (options[i].n_max >= 1) queue.emplace(gain(i), i);
     }
     double e = e_fixed;
-    for (const DraftOption & o : options) e += (*o.expected)[0];
+    for (const DraftOption & o : options) e += o.weight * (*o.expected)[0];
     int32_t t = n_fixed;
     double best_rate = e / cost.at(t - 1);
     std::vector<size_t> order;  // options in the order their tokens went in

@@ -91,7 +91,10 @@ bool any_runnable(const Engine & e) {
 // The drafts of the step's decoding sequences, chosen together: every
 // sequence whose drafter offers a proposal has its draft cut or extended
 // along it to the lengths that make the decode's expected tokens per
-// microsecond highest (draft_allocation.h, docs/decisions/0066). Alone, or
+// microsecond highest (draft_allocation.h, docs/decisions/0066), each
+// sequence's tokens weighted by how many it has left against the most any
+// of them has left (decision 0087): the one that will run longest, and
+// would end up decoding alone, drafts first. Alone, or
 // with prompts in the step (whose chunks take what the drafts leave), each
 // keeps the length its own chooser priced.
 void allocate_step_drafts(const std::vector<Sequence *> & drafting, int32_t capacity) {
@@ -100,15 +103,19 @@ void allocate_step_drafts(const std::vector<Sequence *> & drafting, int32_t capa
     std::vector<Sequence *> adjusted;
     int32_t n_fixed = 0;
     double e_fixed = 0;
+    int32_t most_left = 1;
+    for (Sequence * q : drafting) most_left = std::max(most_left, q->tokens_left());
     for (Sequence * q : drafting) {
         DraftOption o{};
+        const double w = (double) q->tokens_left() / most_left;
         if (q->offer(o)) {
+            o.weight = w;
             options.push_back(o);
             adjusted.push_back(q);
             n_fixed += 1;
         } else {
             n_fixed += q->n_verify_tokens();
-            e_fixed += q->expected_tokens();
+            e_fixed += w * q->expected_tokens();
         }
     }
     const StepCost * cost = adjusted.empty() ? nullptr : adjusted[0]->step_cost();  // an offering drafter prices

@@ -149,7 +149,8 @@ extern "C" sa_status sa_testing_choose_offer(const double * expected, const int3
 
 extern "C" sa_status sa_testing_allocate_drafts(const double * expected, const int32_t * n_max, int32_t n_options,
                                                 int32_t stride, const double * us_by_length, int32_t n_cost,
-                                                int32_t n_fixed, double e_fixed, int32_t n_total, int32_t * lengths) {
+                                                int32_t n_fixed, double e_fixed, int32_t n_total, const double * weights,
+                                                int32_t * lengths) {
     if (expected == nullptr || n_max == nullptr || us_by_length == nullptr || lengths == nullptr || n_options < 0 ||
         n_options > 64 || stride < 1 || stride > SA_MAX_DRAFT_POS + 1 || n_cost < 1 || n_cost > 4096 ||
         n_fixed < 0 || n_total < 0 || n_total > 1 << 20 || !(e_fixed >= 0)) {
@@ -161,7 +162,12 @@ extern "C" sa_status sa_testing_allocate_drafts(const double * expected, const i
     std::vector<std::vector<double>> tables;
     if (!table_rows(expected, n_max, n_options, stride, 0, tables)) return fail(SA_ERR_INVALID_ARG, "sa_testing_allocate_drafts: n_max out of range");
     std::vector<DraftOption> options;
-    for (int32_t i = 0; i < n_options; ++i) options.push_back({&tables[(size_t) i], n_max[i]});
+    for (int32_t i = 0; i < n_options; ++i) {
+        if (weights != nullptr && !(weights[i] > 0 && weights[i] <= 1)) {
+            return fail(SA_ERR_INVALID_ARG, "sa_testing_allocate_drafts: weights must be in (0, 1]");
+        }
+        options.push_back({&tables[(size_t) i], n_max[i], weights ? weights[i] : 1.0});
+    }
     StepCost cost;
     cost.fix(std::vector<double>(us_by_length, us_by_length + n_cost));
     const std::vector<int32_t> out = allocate_drafts(options, n_fixed, e_fixed, cost, n_total);

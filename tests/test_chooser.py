@@ -112,6 +112,20 @@ def test_the_joint_lengths_land_the_step_on_a_cheaper_batch_size():
     assert nt.allocate_drafts([faint], cost, n_fixed=1) == [0]
 
 
+def test_the_sequence_with_the_most_tokens_left_drafts_first():
+    """Decision 0087: a token is weighted by its sequence's tokens left over the most any sequence has left."""
+    cost = [1000.0, 1500.0, 2000.0, 2500.0]  # 500 us a token
+    nearly_done = [1.0, 1.9]  # p = .9
+    far_from_done = [1.0, 1.6]  # p = .6
+    # Unweighted, by hand: 2 tokens make 2 at 1500 (.001333); + .9 (the first):
+    # 2.9/2000 = .00145; + .6: 3.5/2500 = .0014. Only the first drafts.
+    assert nt.allocate_drafts([nearly_done, far_from_done], cost, n_fixed=2) == [1, 0]
+    # Weighted .2 and 1 (20 tokens left against 100): 1.2 at 1500 (.0008);
+    # + .6 (the second): 1.8/2000 = .0009; + .18: 1.98/2500 = .000792.
+    # Only the second drafts: it is the one that would end up decoding alone.
+    assert nt.allocate_drafts([nearly_done, far_from_done], cost, n_fixed=2, weights=[0.2, 1.0]) == [0, 1]
+
+
 @pytest.mark.parametrize("seed", range(40))
 def test_the_joint_lengths_are_the_best_of_every_combination(seed):
     """Against enumeration on random proposals and random non-linear costs: the same best rate."""
