@@ -97,6 +97,11 @@ bool any_runnable(const Engine & e) {
 // would end up decoding alone, drafts first. Alone, or
 // with prompts in the step (whose chunks take what the drafts leave), each
 // keeps the length its own chooser priced.
+// Tokens left beyond this weigh no more (decision 0087): a request without
+// a small max_tokens (a chat that runs to its end of generation) does not
+// starve the drafts of every bounded one beside it.
+constexpr int32_t kWeightHorizon = 256;
+
 void allocate_step_drafts(const std::vector<Sequence *> & drafting, int32_t capacity) {
     if (drafting.size() < 2) return;
     std::vector<DraftOption> options;
@@ -104,10 +109,10 @@ void allocate_step_drafts(const std::vector<Sequence *> & drafting, int32_t capa
     int32_t n_fixed = 0;
     double e_fixed = 0;
     int32_t most_left = 1;
-    for (Sequence * q : drafting) most_left = std::max(most_left, q->tokens_left());
+    for (Sequence * q : drafting) most_left = std::max(most_left, q->tokens_left(kWeightHorizon));
     for (Sequence * q : drafting) {
         DraftOption o{};
-        const double w = (double) q->tokens_left() / most_left;
+        const double w = (double) q->tokens_left(kWeightHorizon) / most_left;
         if (q->offer(o)) {
             o.weight = w;
             options.push_back(o);

@@ -91,8 +91,8 @@ public:
     // After plan(): the tokens this step is expected to make for it (0: it
     // verifies nothing this step).
     double expected_tokens() const;
-    // Tokens it may still make (max_tokens less those emitted).
-    int32_t tokens_left() const { return std::max(p_.max_tokens - n_emitted_, 1); }
+    // Tokens it may still make (max_tokens less those emitted, at least 1), at most `horizon`.
+    int32_t tokens_left(int32_t horizon) const { return std::clamp(p_.max_tokens - n_emitted_, 1, horizon); }
     // The decode failed (ret != 0) or a test injected a failure: ends the request.
     void decode_failed(int32_t ret, const std::string & what);
     // The draft context could not read the step's decoded batch: ends the request.
