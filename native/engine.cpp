@@ -88,6 +88,11 @@ bool any_runnable(const Engine & e) {
     return std::any_of(e.active.begin(), e.active.end(), [](const Sequence * q) { return !q->ended() && q->runnable(); });
 }
 
+// Tokens left beyond this weigh no more (decision 0087): a request without
+// a small max_tokens (a chat that runs to its end of generation) does not
+// starve the drafts of every bounded one beside it.
+constexpr int32_t kWeightHorizon = 256;
+
 // The drafts of the step's decoding sequences, chosen together: every
 // sequence whose drafter offers a proposal has its draft cut or extended
 // along it to the lengths that make the decode's expected tokens per
@@ -97,11 +102,6 @@ bool any_runnable(const Engine & e) {
 // would end up decoding alone, drafts first. Alone, or
 // with prompts in the step (whose chunks take what the drafts leave), each
 // keeps the length its own chooser priced.
-// Tokens left beyond this weigh no more (decision 0087): a request without
-// a small max_tokens (a chat that runs to its end of generation) does not
-// starve the drafts of every bounded one beside it.
-constexpr int32_t kWeightHorizon = 256;
-
 void allocate_step_drafts(const std::vector<Sequence *> & drafting, int32_t capacity) {
     if (drafting.size() < 2) return;
     std::vector<DraftOption> options;
