@@ -1,4 +1,4 @@
-"""Edits spec_actor makes to the llama.cpp source it builds (docs/decisions/0085).
+"""Edits spec_actor makes to the llama.cpp source it builds (docs/decisions/0085, 0086, 0088).
 
 Each edit replaces one exact, unique passage of one file; `apply` refuses a
 tree where a passage is missing or not unique, so a new llama.cpp version
@@ -110,6 +110,47 @@ static void ggml_compute_forward_flash_attn_ext_tiles(
 }
 '''
 
+# The per-row path reads each masked cell's mask value, converts it and
+# compares it before it skips the cell. In a unified cache a row of one of 8
+# sequences masks about 7 cells in 8, so at 8 sequences this scan was about
+# half of the path's time and grew with every sequence's context, not the
+# row's own (docs/decisions/0088). Masked cells (F16 -INFINITY, 0xFC00) are
+# now skipped 8 at a time by two 64-bit compares; the cells attended to, and
+# the order they are summed in, are exactly what they were.
+_FA_SKIP_MASKED_RUNS = r"""
+// spec_actor (docs/decisions/0088): the first cell from ic on that the mask
+// row mp does not mask (-INFINITY in F16 is 0xFC00), or end.
+static inline int64_t ggml_fa_next_open_cell(const ggml_fp16_t * mp, int64_t ic, int64_t end) {
+    const uint64_t masked = 0xFC00FC00FC00FC00ull;
+    for (; ic + 8 <= end; ic += 8) {
+        uint64_t a, b;
+        memcpy(&a, mp + ic, sizeof a);
+        memcpy(&b, mp + ic + 4, sizeof b);
+        if (((a ^ masked) | (b ^ masked)) != 0) {
+            break;
+        }
+    }
+    while (ic < end && mp[ic] == (ggml_fp16_t) 0xFC00) {
+        ic++;
+    }
+    return ic;
+}
+
+static void ggml_compute_forward_flash_attn_ext_f16_one_chunk(
+"""
+
+_FA_ROW_LOOP = (
+    "        for (int64_t ic = ic_start; ic < ic_end; ++ic) {\n"
+    "            const float mv = mp ? slope*GGML_CPU_FP16_TO_FP32(mp[ic]) : 0.0f;\n"
+)
+_FA_ROW_LOOP_SKIPPING = (
+    "        for (int64_t ic = ic_start; ic < ic_end; ++ic) {\n"
+    "            if (mp && (ic = ggml_fa_next_open_cell(mp, ic, ic_end)) == ic_end) {  // spec_actor: 0088\n"
+    "                break;\n"
+    "            }\n"
+    "            const float mv = mp ? slope*GGML_CPU_FP16_TO_FP32(mp[ic]) : 0.0f;\n"
+)
+
 # llama.cpp sizes the buffer its decodes copy their outputs into for one row
 # per sequence when a context is made, and makes a new one, cleared, each
 # time a decode asks for more rows than the last largest one. A batched
@@ -135,6 +176,12 @@ EDITS = (
         before="            if (use_tiled) {\n                ggml_compute_forward_flash_attn_ext_tiled(params, dst, ir0, ir1);\n",
         after="            if (use_tiled) {\n                ggml_compute_forward_flash_attn_ext_tiles(params, dst, ir0, ir1);\n",
     ),
+    Edit(
+        path="ggml/src/ggml-cpu/ops.cpp",
+        before="\nstatic void ggml_compute_forward_flash_attn_ext_f16_one_chunk(\n",
+        after=_FA_SKIP_MASKED_RUNS,
+    ),
+    Edit(path="ggml/src/ggml-cpu/ops.cpp", before=_FA_ROW_LOOP, after=_FA_ROW_LOOP_SKIPPING),
     Edit(
         path="src/llama-context.cpp",
         before="            if (output_reserve(params.n_seq_max) < params.n_seq_max) {\n",

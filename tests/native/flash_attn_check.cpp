@@ -91,6 +91,35 @@ Layout alternating(int past) {
     return l;
 }
 
+// 8 sequences whose steps place runs of 1 to 11 cells each, at every
+// alignment, after a first sequence's 100-token prompt; each verifies 5 rows
+// (40 rows: ggml's own per-row path). A row's masked cells come in runs
+// long and short, so skipping them 8 at a time (decision 0088) meets every
+// case: a whole run of 8, an open cell inside one, and a tail under 8.
+Layout runs(int steps) {
+    Layout l{"runs", {}, {}, {}, {}};
+    add_prompt(l, 0, 100);
+    l.row_seq.clear();
+    l.row_pos.clear();
+    std::vector<int> next(8, 0);
+    next[0] = 100;
+    for (int p = 0; p < steps; ++p) {
+        for (int s = 0; s < 8; ++s) {
+            for (int n = 1 + (3*s + p) % 11; n > 0; --n) {
+                l.cell_seq.push_back(s);
+                l.cell_pos.push_back(next[s]++);
+            }
+        }
+    }
+    for (int s = 0; s < 8; ++s) {
+        for (int r = 5; r > 0; --r) {
+            l.row_seq.push_back(s);
+            l.row_pos.push_back(next[s] - r);
+        }
+    }
+    return l;
+}
+
 bool sees(const Layout & l, int row, int cell) {
     return l.cell_seq[cell] == l.row_seq[row] && l.cell_pos[cell] <= l.row_pos[row];
 }
@@ -175,5 +204,6 @@ int main(int argc, char ** argv) {
     // (repeated: a clash depends on timing)
     run_case(mixed(100, 150), threads, rng);
     for (int rep = 0; rep < 10; ++rep) run_case(alternating(60), threads, rng);
+    run_case(runs(40), threads, rng);  // masked runs of every length, skipped in blocks
     return 0;
 }
