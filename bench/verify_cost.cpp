@@ -65,6 +65,9 @@ int main(int argc, char ** argv) {
     cp.n_threads = cp.n_threads_batch = threads;
     llama_context * ctx = llama_init_from_model(model, cp);
     if (ctx == nullptr) return 1;
+#ifdef LLAMA_HAS_LOGITS_IN_PLACE
+    llama_set_logits_in_place(ctx, true);  // as spec_actor's steps read them (docs/decisions/0089)
+#endif
     llama_batch batch = llama_batch_init((int32_t) cp.n_batch, 0, 1);
     for (int seq = 0; seq < n_seq; ++seq) {  // each context prefilled on its own
         fill(batch, n_past, 0, seq, seq + 1, 100, false);

@@ -1,4 +1,4 @@
-"""Edits spec_actor makes to the llama.cpp source it builds (docs/decisions/0085, 0086, 0088).
+"""Edits spec_actor makes to the llama.cpp source it builds (docs/decisions/0085, 0086, 0088, 0089).
 
 Each edit replaces one exact, unique passage of one file; `apply` refuses a
 tree where a passage is missing or not unique, so a new llama.cpp version
@@ -21,6 +21,11 @@ class Edit:
     path: str
     before: str
     after: str
+
+
+def _insert(path: str, anchor: str, above: str = "", below: str = "") -> Edit:
+    """An edit that keeps the one passage ``anchor`` and adds lines above or below it."""
+    return Edit(path=path, before=anchor, after=above + anchor + below)
 
 
 # ggml's CPU flash attention takes its tiled path (64 query rows x 64 KV cells
@@ -165,6 +170,42 @@ _OUTPUTS_RESERVED = (
     "            if (output_reserve(n_reserve) < n_reserve) {\n"
 )
 
+# A decode copies every output row's logits from the compute buffer into the
+# context's output buffer: 1 MiB a row on Gemma's 262,144-token vocabulary,
+# about 6 GB/s on one core, while the other core waits. A pool's eight mixed
+# requests copied about 880 MiB that way, some 2% of their time, only for
+# spec_actor to read each row once before the next decode. A context that
+# asks for it (llama_set_logits_in_place, off by default, so llama-server and
+# every other caller are unchanged) keeps a decode's logits where the graph
+# wrote them when one micro-batch holds the whole batch in host memory, until
+# its next decode (docs/decisions/0089).
+_LOGITS_API = (
+    "    LLAMA_API float * llama_get_logits_ith(struct llama_context * ctx, int32_t i);\n"
+    "\n"
+    "    // spec_actor (docs/decisions/0089): with in_place, a decode whose batch fits one micro-batch in host\n"
+    "    // memory leaves its logits in the compute buffer instead of copying them; the pointers the getters\n"
+    "    // return then hold until the context's next decode. Off by default.\n"
+    "    LLAMA_API void llama_set_logits_in_place(struct llama_context * ctx, bool in_place);\n"
+    "#define LLAMA_HAS_LOGITS_IN_PLACE 1\n"
+)
+_LOGITS_MEMBERS = (
+    "    buffer_view<float> logits = {nullptr, 0};\n"
+    "    bool    keep_logits_in_place = false;    // spec_actor: 0089\n"
+    "    float * logits_in_place      = nullptr;  // the last decode's logits in the compute buffer, or null\n"
+)
+_LOGITS_SETTER = (
+    "    float * get_logits_ith(int32_t i);\n"
+    "    void set_logits_in_place(bool in_place) { keep_logits_in_place = in_place; logits_in_place = nullptr; }  // spec_actor: 0089\n"
+)
+_LOGITS_KEPT = (
+    "                if (keep_logits_in_place && n_outputs == n_outputs_all && n_tokens_prev + ubatch.n_tokens == n_tokens_all &&\n"
+    "                    t_logits->buffer && ggml_backend_buffer_is_host(t_logits->buffer) && ggml_is_contiguous(t_logits)) {\n"
+    "                    logits_in_place = (float *) t_logits->data;  // spec_actor: 0089, the batch's only micro-batch\n"
+    "                } else {\n"
+    "                    ggml_backend_tensor_get_async(backend_res, t_logits, logits_out, 0, n_outputs*n_vocab*sizeof(float));\n"
+    "                }\n"
+)
+
 EDITS = (
     Edit(
         path="ggml/src/ggml-cpu/ops.cpp",
@@ -187,6 +228,30 @@ EDITS = (
         before="            if (output_reserve(params.n_seq_max) < params.n_seq_max) {\n",
         after=_OUTPUTS_RESERVED,
     ),
+    Edit(path="include/llama.h",
+         before="    LLAMA_API float * llama_get_logits_ith(struct llama_context * ctx, int32_t i);\n", after=_LOGITS_API),
+    Edit(path="src/llama-context.h", before="    buffer_view<float> logits = {nullptr, 0};\n", after=_LOGITS_MEMBERS),
+    Edit(path="src/llama-context.h", before="    float * get_logits_ith(int32_t i);\n", after=_LOGITS_SETTER),
+    _insert(path="src/llama-context.cpp", anchor="int llama_context::decode(const llama_batch_ext & batch_inp) {\n",
+            below="    logits_in_place = nullptr;  // spec_actor: 0089, a decode's logits replace the last one's\n"),
+    Edit(path="src/llama-context.cpp",
+         before="                ggml_backend_tensor_get_async(backend_res, t_logits, logits_out, 0, n_outputs*n_vocab*sizeof(float));\n",
+         after=_LOGITS_KEPT),
+    Edit(path="src/llama-context.cpp",
+         before="        return logits.data + j*model.vocab.n_tokens();\n",
+         after="        return (logits_in_place ? logits_in_place : logits.data) + j*model.vocab.n_tokens();  // spec_actor: 0089\n"),
+    Edit(path="src/llama-context.cpp",
+         before="    output_reorder();\n\n    return logits.data;\n}\n",
+         after="    output_reorder();\n\n    return logits_in_place ? logits_in_place : logits.data;  // spec_actor: 0089\n}\n"),
+    Edit(path="src/llama-context.cpp",
+         before="                std::swap(logits.data[i0*n_vocab + k], logits.data[i1*n_vocab + k]);\n",
+         after="                float * rows = logits_in_place ? logits_in_place : logits.data;  // spec_actor: 0089\n"
+               "                std::swap(rows[i0*n_vocab + k], rows[i1*n_vocab + k]);\n"),
+    _insert(path="src/llama-context.cpp", anchor="float * llama_get_logits_ith(llama_context * ctx, int32_t i) {\n",
+            above="void llama_set_logits_in_place(llama_context * ctx, bool in_place) {  // spec_actor: 0089\n"
+                  "    ctx->set_logits_in_place(in_place);\n"
+                  "}\n"
+                  "\n"),
 )
 
 

@@ -163,6 +163,11 @@ sa_status create_session(sa_session & s, const sa_context_params & c) {
         return fail(SA_ERR_CONTEXT, "could not create a context (n_ctx=" + std::to_string(c.n_ctx) +
                     "); try a smaller n_ctx or n_batch" + (detail.empty() ? "" : ": " + detail));
     }
+#ifdef LLAMA_HAS_LOGITS_IN_PLACE  // a tree built without spec_actor's edits lacks it
+    // each step reads its logits once, before the next decode: no copy of
+    // them into the output buffer (docs/decisions/0089)
+    llama_set_logits_in_place(s.ctx_tgt, true);
+#endif
     const int32_t type = s.plan.type;
     s.n_seq = std::max(c.n_seq, 1);
     if (uses_draft_context(type)) {

@@ -1,4 +1,4 @@
-"""The edits spec_actor makes to llama.cpp's source (native/llama_patches.py, decisions 0085, 0086 and 0088).
+"""The edits spec_actor makes to llama.cpp's source (native/llama_patches.py, decisions 0085, 0086, 0088 and 0089).
 
 The build must make every edit in the tree it compiles, and refuse a tree
 where a passage to replace is missing or ambiguous rather than build an
@@ -122,3 +122,15 @@ def test_a_context_bounding_its_outputs_keeps_one_output_buffer(tmp_path):
     out = subprocess.run([str(exe), str(default_model_path()), "48"], capture_output=True, text=True, check=True,
                          timeout=120).stdout
     assert out.split() == ["rows", "48", "same_buffer", "1", "first_logit_finite", "1"], out
+
+
+def test_logits_kept_in_place_equal_the_copied_ones(tmp_path):
+    # decision 0089: a context that asks for it reads a one-micro-batch
+    # decode's logits where the graph wrote them, bit for bit what the copy
+    # gave; a batch of several micro-batches is still copied
+    from spec_actor import default_model_path
+
+    exe = _compile_check(tmp_path, "logits_in_place_check", ["llama", "ggml", "ggml-base"])
+    out = subprocess.run([str(exe), str(default_model_path())], capture_output=True, text=True, check=True,
+                         timeout=120).stdout
+    assert out.splitlines() == ["case one_ubatch rows 24 equal 1 in_place 1", "case split rows 40 equal 1 in_place 0"], out
