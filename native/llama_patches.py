@@ -192,6 +192,7 @@ _LOGITS_MEMBERS = (
     "    buffer_view<float> logits = {nullptr, 0};\n"
     "    bool    keep_logits_in_place = false;    // spec_actor: 0089\n"
     "    float * logits_in_place      = nullptr;  // the last decode's logits in the compute buffer, or null\n"
+    "    float * logits_rows() const { return logits_in_place ? logits_in_place : logits.data; }  // where they are\n"
 )
 _LOGITS_SETTER = (
     "    float * get_logits_ith(int32_t i);\n"
@@ -239,14 +240,18 @@ EDITS = (
          after=_LOGITS_KEPT),
     Edit(path="src/llama-context.cpp",
          before="        return logits.data + j*model.vocab.n_tokens();\n",
-         after="        return (logits_in_place ? logits_in_place : logits.data) + j*model.vocab.n_tokens();  // spec_actor: 0089\n"),
+         after="        return logits_rows() + j*model.vocab.n_tokens();  // spec_actor: 0089\n"),
     Edit(path="src/llama-context.cpp",
          before="    output_reorder();\n\n    return logits.data;\n}\n",
-         after="    output_reorder();\n\n    return logits_in_place ? logits_in_place : logits.data;  // spec_actor: 0089\n}\n"),
+         after="    output_reorder();\n\n    return logits_rows();  // spec_actor: 0089\n}\n"),
     Edit(path="src/llama-context.cpp",
-         before="                std::swap(logits.data[i0*n_vocab + k], logits.data[i1*n_vocab + k]);\n",
-         after="                float * rows = logits_in_place ? logits_in_place : logits.data;  // spec_actor: 0089\n"
-               "                std::swap(rows[i0*n_vocab + k], rows[i1*n_vocab + k]);\n"),
+         before=("        if (logits.size > 0) {\n"
+                 "            for (uint64_t k = 0; k < n_vocab; k++) {\n"
+                 "                std::swap(logits.data[i0*n_vocab + k], logits.data[i1*n_vocab + k]);\n"),
+         after=("        if (logits.size > 0) {\n"
+                "            float * rows = logits_rows();  // spec_actor: 0089\n"
+                "            for (uint64_t k = 0; k < n_vocab; k++) {\n"
+                "                std::swap(rows[i0*n_vocab + k], rows[i1*n_vocab + k]);\n")),
     _insert(path="src/llama-context.cpp", anchor="float * llama_get_logits_ith(llama_context * ctx, int32_t i) {\n",
             above="void llama_set_logits_in_place(llama_context * ctx, bool in_place) {  // spec_actor: 0089\n"
                   "    ctx->set_logits_in_place(in_place);\n"
