@@ -79,6 +79,17 @@ _X86_FEATURE_OPTIONS = {
 }
 
 
+def cpu_features() -> set[str]:
+    """This x86 CPU's feature flags (/proc/cpuinfo), or none where there is no such file."""
+    if not os.path.exists("/proc/cpuinfo"):
+        return set()
+    with open("/proc/cpuinfo") as fh:
+        for line in fh:
+            if line.startswith("flags"):
+                return set(line.split(":", 1)[1].split())
+    return set()
+
+
 def cpu_flags() -> list[str]:
     """CMake flags for this CPU (see docs/decisions/0002-no-amx.md).
 
@@ -88,14 +99,9 @@ def cpu_flags() -> list[str]:
     GGML_NATIVE stays as llama.cpp sets it. A user's own GGML_NATIVE / CPU
     flags in CMAKE_ARGS win.
     """
-    if "GGML_NATIVE" in os.environ.get("CMAKE_ARGS", "") or not os.path.exists("/proc/cpuinfo"):
+    if "GGML_NATIVE" in os.environ.get("CMAKE_ARGS", ""):
         return []
-    flags: set[str] = set()
-    with open("/proc/cpuinfo") as fh:
-        for line in fh:
-            if line.startswith("flags"):
-                flags = set(line.split(":", 1)[1].split())
-                break
+    flags = cpu_features()
     if "amx_tile" not in flags:
         return []
     return ["-DGGML_NATIVE=OFF"] + [
