@@ -1,4 +1,4 @@
-"""The edits spec_actor makes to llama.cpp's source (native/llama_patches.py, decisions 0085, 0086, 0088 and 0089).
+"""The edits spec_actor makes to llama.cpp's source (native/llama_patches.py, decisions 0085, 0086, 0088, 0089 and 0090).
 
 The build must make every edit in the tree it compiles, and refuse a tree
 where a passage to replace is missing or ambiguous rather than build an
@@ -134,3 +134,24 @@ def test_logits_kept_in_place_equal_the_copied_ones(tmp_path):
     out = subprocess.run([str(exe), str(default_model_path())], capture_output=True, text=True, check=True,
                          timeout=120).stdout
     assert out.splitlines() == ["case one_ubatch rows 24 equal 1 in_place 1", "case split rows 40 equal 1 in_place 0"], out
+
+
+def test_quantized_products_match_a_reference_and_do_not_depend_on_the_batch(tmp_path):
+    # decision 0090: with AVX512-VNNI, llamafile's quantized product takes
+    # spec_actor's kernels (16 columns a register from 8 columns, 8 rows a
+    # register below); on any CPU, every element must be within float
+    # rounding of the double-precision product of the same quantized values,
+    # and a column's results the same bits however many columns (2 to 37, or
+    # 1 to 37) and threads share its product
+    exe = _compile_check(tmp_path, "q0_matmul_check", ["ggml", "ggml-base", "ggml-cpu"])
+    # with AVX512-VNNI (and the build takes it wherever the CPU has it) one
+    # row is routed to the same kernels, so it joins the comparison
+    one_column = llama_build.cpu_features() >= {"avx512f", "avx512bw", "avx512dq", "avx512_vnni"}
+    out = subprocess.run([str(exe), "1" if one_column else "0"], capture_output=True, text=True, check=True,
+                         timeout=300).stdout
+    cases = [(m[1], int(m[2]), int(m[3]), float(m[4]), int(m[5]), int(m[6]))
+             for m in re.finditer(r"case (\S+) m (\d+) k (\d+) max_rel_err (\S+) nan (\d+) invariant (\d)", out)]
+    assert [c[0] for c in cases] == ["q8_0"] * 3 + ["q5_0"] * 3 + ["q4_0"] * 2, out
+    for _type, _m, _k, err, nan, invariant in cases:
+        # measured up to 6e-8 of the sum of the products' magnitudes
+        assert nan == 0 and err < 1e-5 and invariant == 1, out
