@@ -205,34 +205,51 @@ void AdaptiveDraft::reset(int32_t n_cap, int32_t n_floor) {
     cost_.reset();
 }
 
+double rollback_us(const std::vector<double> & expected, int32_t n, const StepCost & cost, const RollbackPrice & rb,
+                   int32_t n_others) {
+    if (n <= rb.free || n >= (int32_t) expected.size()) return 0.0;
+    // expected[j] - expected[j - 1]: the chance that the first j tokens are accepted
+    auto reach = [&](int32_t j) { return j == 0 ? 1.0 : expected[(size_t) j] - expected[(size_t) j - 1]; };
+    // exactly a accepted, a < n - free: a restore, then a step verifying the
+    // a accepted tokens and the sampled one where a plain step verifies none
+    double us = rb.save_us;
+    for (int32_t a = 0; a < n - rb.free; ++a) {
+        const double p = reach(a) - reach(a + 1);
+        if (p > 0.0) us += p * (rb.restore_us + cost.at(n_others + a + 1) - cost.at(n_others));
+    }
+    return us;
+}
+
 LengthChoice best_length(const std::vector<double> & expected, const StepCost & cost, int32_t n_lo, int32_t n_hi,
-                         double extra_us, double sample_us, double min_expected, const BatchShare & share) {
+                         double extra_us, double sample_us, double min_expected, const BatchShare & share,
+                         const RollbackPrice & rb) {
     LengthChoice best{n_lo - 1, 0.0};
     n_hi = std::min(n_hi, (int32_t) expected.size() - 1);
     for (int32_t n = std::max(n_lo, 0); n <= n_hi; ++n) {
         if (expected[(size_t) n] < min_expected) continue;
         const double e = share.e_others + expected[(size_t) n];
-        const double rate = e / (cost.at(share.n_others + n) + extra_us + sample_us * e);
+        const double rate = e / (cost.at(share.n_others + n) + rollback_us(expected, n, cost, rb, share.n_others) +
+                                 extra_us + sample_us * e);
         if (rate > best.rate * kLongerMustBeat) best = {n, rate};
     }
     return best;
 }
 
 OfferChoice choose_offer(const std::vector<Offer> & offers, const StepCost & cost, double draft_us, double sample_us,
-                         const BatchShare & share) {
+                         const BatchShare & share, const RollbackPrice & rb) {
     static const std::vector<double> kPlainStep{1.0};  // a plain step makes one token
     OfferChoice best{-1, best_length(kPlainStep, cost, 0, 0, draft_us, sample_us, 0, share)};
     for (size_t i = 0; i < offers.size(); ++i) {
-        const LengthChoice c = best_length(*offers[i].expected, cost, 1, offers[i].n_max, draft_us, sample_us, 0, share);
+        const LengthChoice c = best_length(*offers[i].expected, cost, 1, offers[i].n_max, draft_us, sample_us, 0, share, rb);
         if (c.n >= 1 && c.rate > best.length.rate * kLongerMustBeat) best = {(int32_t) i, c};
     }
     return best;
 }
 
-int32_t AdaptiveDraft::choose() {
+int32_t AdaptiveDraft::choose(const RollbackPrice & rb) {
     ++steps_;
     accept_.expected(expected_);
-    int32_t best_n = std::max(best_length(expected_, cost_, n_floor_, n_cap_).n, n_floor_);
+    int32_t best_n = std::max(best_length(expected_, cost_, n_floor_, n_cap_, 0, 0, 0, {}, rb).n, n_floor_);
     if (steps_ % kExploreEvery == 0 && best_n < n_cap_) {
         ++best_n;
     }

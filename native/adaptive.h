@@ -4,6 +4,7 @@
 // (auto_drafter.h), which keeps one acceptance model per drafter.
 #pragma once
 
+#include <climits>
 #include <cstdint>
 #include <vector>
 
@@ -108,6 +109,28 @@ struct BatchShare {
     double e_others = 0;   // the tokens they are expected to make
 };
 
+// How the target undoes a draft's rejected tokens (docs/decisions/0091). A
+// draft of up to `free` tokens costs nothing to undo: the KV cache is
+// trimmed, or llama.cpp's recurrent snapshots undo it. A longer one saves a
+// checkpoint before it is verified (save_us); a rejection deeper than `free`
+// restores it (restore_us) and decodes the accepted tokens again in the next
+// step, which drafts nothing.
+struct RollbackPrice {
+    int32_t free = INT32_MAX;
+    double save_us = 0;
+    double restore_us = 0;
+};
+
+// What a draft of n tokens is expected to pay for its rollback: nothing up
+// to rb.free tokens; beyond, the checkpoint, and for each number a of
+// accepted tokens that leaves more than rb.free rejected, its probability
+// times the restore and what the next step, which verifies the a accepted
+// tokens and the sampled one again, costs beyond a plain step. expected: the
+// offer's expected tokens by length (expected[0] = 1), so that
+// expected[j] - expected[j - 1] is the chance that j tokens are accepted.
+double rollback_us(const std::vector<double> & expected, int32_t n, const StepCost & cost, const RollbackPrice & rb,
+                   int32_t n_others = 0);
+
 // A draft length and the expected tokens per microsecond of a step drafting it.
 struct LengthChoice {
     int32_t n = 0;
@@ -119,7 +142,7 @@ constexpr double kLongerMustBeat = 1.0001;
 
 // The one draft-length chooser of every drafter: the length n in [n_lo, n_hi]
 // with the most expected tokens per microsecond of the step,
-//   e / (cost.at(share.n_others + n) + extra_us + sample_us * e),
+//   e / (cost.at(share.n_others + n) + rollback_us(n) + extra_us + sample_us * e),
 //   e = share.e_others + expected[n],
 // where extra_us is the drafting time of the step and sample_us the sampling
 // time per token made. Alone in its step (share empty) that is the draft's
@@ -128,7 +151,7 @@ constexpr double kLongerMustBeat = 1.0001;
 // tokens are under min_expected are passed over; {n_lo - 1, 0} when none is left.
 LengthChoice best_length(const std::vector<double> & expected, const StepCost & cost, int32_t n_lo, int32_t n_hi,
                          double extra_us = 0, double sample_us = 0, double min_expected = 0,
-                         const BatchShare & share = {});
+                         const BatchShare & share = {}, const RollbackPrice & rb = {});
 
 // One drafter's proposal for a step: its expected tokens by draft length
 // (PositionAcceptance::expected) and how many tokens it proposed.
@@ -145,7 +168,7 @@ struct OfferChoice {
     LengthChoice length;
 };
 OfferChoice choose_offer(const std::vector<Offer> & offers, const StepCost & cost, double draft_us, double sample_us,
-                         const BatchShare & share = {});
+                         const BatchShare & share = {}, const RollbackPrice & rb = {});
 
 // Picks the draft length n that maximises expected tokens per unit of time:
 //   expected(n) / step_cost(n)
@@ -157,8 +180,8 @@ public:
     // plain steps, which cost n-gram drafters nothing extra).
     void reset(int32_t n_cap, int32_t n_floor);
 
-    // Draft length to ask for in the next step.
-    int32_t choose();
+    // Draft length to ask for in the next step, rb: what undoing its rejection costs.
+    int32_t choose(const RollbackPrice & rb = {});
 
     // Feed back one step: asked length (0: a plain step), produced draft
     // length, accepted count, and the step's draft and verify times; the

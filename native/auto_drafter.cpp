@@ -248,7 +248,7 @@ void AutoDrafter::draft(const DraftInput & in, llama_tokens & draft) {
         offers.push_back({&arm.expected, (int32_t) arm.proposal.size()});
         choice_.offered.push_back(&arm);
     }
-    const OfferChoice choice = choose_offer(offers, verify_, choice_.d_cheap, choice_.s, in.share);
+    const OfferChoice choice = choose_offer(offers, verify_, choice_.d_cheap, choice_.s, in.share, in.rollback);
     choice_.rate = choice.length.rate;
     choice_.best = choice.offer >= 0 ? choice_.offered[(size_t) choice.offer] : nullptr;
     choice_.n = choice.length.n;
@@ -260,7 +260,8 @@ void AutoDrafter::draft(const DraftInput & in, llama_tokens & draft) {
         model_arm_.accept.expected(model_arm_.expected, first_prior_);
         const double d_m = choice_.timed && model_arm_.costed ? model_arm_.cost_us : 0.0;
         const double rate_m =
-            best_length(model_arm_.expected, verify_, n_m, n_m, choice_.d_cheap + d_m, choice_.s, 0, in.share).rate;
+            best_length(model_arm_.expected, verify_, n_m, n_m, choice_.d_cheap + d_m, choice_.s, 0, in.share,
+                        in.rollback).rate;
         const bool on_merit = rate_m > choice_.rate * kLongerMustBeat;
         // an arm on trial drafts once as soon as steps are priced, so that
         // one that can never pay is dropped before it reads more batches

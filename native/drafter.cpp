@@ -100,7 +100,7 @@ public:
     }
 
     void draft(const DraftInput & in, llama_tokens & draft) override {
-        asked_ = std::min(in.n_max, adaptive_.choose());
+        asked_ = std::min(in.n_max, adaptive_.choose(in.rollback));
         pending_ = true;
         DraftInput asked{asked_, in.n_past, in.id_last, in.prompt_tgt};
         asked.defer = in.defer;

@@ -35,6 +35,7 @@ struct DraftInput {
     // one call after all of them asked (docs/decisions/0070): a model draft
     // may stay pending (Drafter::pending) until finish_draft().
     bool defer = false;
+    RollbackPrice rollback{};          // what undoing a rejected draft costs the target
 };
 
 // One verified step.
@@ -42,7 +43,7 @@ struct StepOutcome {
     const llama_tokens & ids;  // the target's tokens: the accepted drafts and the one sampled after them
     int32_t n_verified;        // drafted tokens verified (0: a plain step)
     int64_t t_draft_us;        // drafting time of this step (0 on a re-verification)
-    int64_t t_verify_us;       // verification, including a checkpoint saved or restored for it
+    int64_t t_verify_us;       // the verifying decode (a checkpoint saved or restored for it is not in it)
     int64_t t_sample_us;
     bool committed;            // false: a rollback re-verifies the accepted prefix next step
     int32_t n_others = 0;      // tokens of other sequences in the same decode (t_verify_us is all of it)

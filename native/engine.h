@@ -7,6 +7,7 @@
 // one-slot case of the same engine.
 #pragma once
 
+#include "checkpoint.h"
 #include "common.h"
 #include "drafter.h"
 #include "prefix_cache.h"
@@ -39,6 +40,7 @@ struct Slot {
     std::atomic<bool> forget{false};   // drop the kept prefix when the next request starts
     std::atomic<int32_t> pauses{0};    // > 0: its reader is behind; the steps skip it
     bool busy = false;                 // under Engine::mu: a request runs on it
+    RollbackCost rollback_cost;        // its checkpoints' measured cost (the thread running a step)
 
     std::unique_ptr<Stats> own_stats;
     std::unique_ptr<PrefixCache> own_prefix;

@@ -201,6 +201,7 @@ bool Sequence::add_verify(common_batch & batch) {
         }
         rb_.has_tgt = true;
         t_checkpoint_us_ = ggml_time_us() - t_save;
+        slot_.rollback_cost.saved(t_checkpoint_us_);
     }
     i_verify_ = batch.add(id_last_, n_past_, seq_, true);
     for (size_t i = 0; i < draft_.size(); ++i) batch.add(draft_[i], n_past_ + 1 + (int32_t) i, seq_, true);
@@ -230,10 +231,15 @@ bool Sequence::draft_step(int32_t room, bool defer) {
     const int32_t n_budget =
         first_token ? 0 : std::max(std::min({n_ctx_ - n_past_ - 2, p_.max_tokens - n_emitted_ - 1, room - 1}), 0);
     const int64_t t0 = ggml_time_us();
-    drafter_->draft(DraftInput{n_budget, n_past_, id_last_, prompt_tgt_, share_, defer}, draft_);
+    drafter_->draft(DraftInput{n_budget, n_past_, id_last_, prompt_tgt_, share_, defer, rollback_price()}, draft_);
     t_draft_us_ = ggml_time_us() - t0;
     n_pending_max_ = n_budget;
     return drafter_->pending() || end_draft();
+}
+
+RollbackPrice Sequence::rollback_price() const {
+    if (s_.use_ckpt_tgt) return slot_.rollback_cost.price(0);
+    return n_rs_ > 0 ? slot_.rollback_cost.price(n_rs_) : RollbackPrice{};
 }
 
 bool Sequence::draft_pending() const { return verify_planned_ && drafted_now_ && drafter_ && drafter_->pending(); }
@@ -269,6 +275,7 @@ bool Sequence::roll_back(llama_tokens && ids, common_sampler_ptr && smpl_save) {
     smpl_ = std::move(smpl_save);
     n_past_ = (int32_t) prompt_tgt_.size();
     t_restore_us_ = ggml_time_us() - t0;
+    slot_.rollback_cost.restored(t_restore_us_);
     return true;
 }
 
@@ -385,7 +392,8 @@ void Sequence::verified(const common_batch & batch, int64_t t_us, int32_t n_othe
     const bool rolls_back = n_rejected > 0 && rb_.has_tgt && (s_.use_ckpt_tgt || n_rejected > n_rs_);
     // a batch undone by a checkpoint restore is not read: its re-verification is
     if (!rolls_back && !feed_committed(batch, n_accepted)) return drafter_failed();
-    if (drafter_) drafter_->observe(StepOutcome{ids, n_draft, t_draft_us_, t_verify, t_sample, !rolls_back, n_others, priced});
+    // the drafter learns the decode's cost; its checkpoints are priced apart (decision 0091)
+    if (drafter_) drafter_->observe(StepOutcome{ids, n_draft, t_draft_us_, t_us, t_sample, !rolls_back, n_others, priced});
     const int32_t drafter = n_draft == 0 || !drafter_ ? SA_SPEC_NONE : drafter_->last_drafter();
 
     if (rolls_back) {

@@ -197,6 +197,8 @@ private:
     // hidden state of the one before (MTP, EAGLE-3) pairs the next batch's first token with the
     // last accepted one, whether or not it drafted this step (docs/decisions/0075).
     bool feed_committed(const common_batch & batch, int32_t n_accepted);
+    // What undoing a rejected draft costs this sequence's target (docs/decisions/0091).
+    RollbackPrice rollback_price() const;
     bool needs_checkpoint(int32_t n) const { return s_.use_ckpt_tgt || (n_rs_ > 0 && n > n_rs_); }
     bool trim(llama_memory_t mem, llama_pos p0);
     void rollback_failed(const char * what);

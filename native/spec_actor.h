@@ -386,11 +386,15 @@ sa_status sa_testing_refuse_next_seq_rm(sa_session * session);
  * with the step cost us_by_length (as sa_testing_fix_step_cost_table), the
  * step's drafting time draft_us and sampling time per token sample_us, in a
  * batched step where other sequences put n_others tokens expected to make
- * e_others tokens (0, 0: alone). *offer: the chosen offer (-1: a plain
- * step), *n its length. */
+ * e_others tokens (0, 0: alone), on a target whose drafts of up to
+ * rollback_free tokens are undone for free and longer ones pay save_us for
+ * a checkpoint and, when more than rollback_free are rejected, restore_us and
+ * a re-verification (docs/decisions/0091; rollback_free < 0: always free).
+ * *offer: the chosen offer (-1: a plain step), *n its length. */
 sa_status sa_testing_choose_offer(const double * expected, const int32_t * n_max, int32_t n_offers, int32_t stride,
                                   const double * us_by_length, int32_t n_cost, double draft_us, double sample_us,
-                                  int32_t n_others, double e_others, int32_t * offer, int32_t * n);
+                                  int32_t n_others, double e_others, int32_t rollback_free, double save_us,
+                                  double restore_us, int32_t * offer, int32_t * n);
 /* A batched step's joint draft lengths alone (docs/decisions/0066): option
  * i's expected tokens by length are expected[i * stride + 0..n_max[i]]; the
  * step's cost is fixed as us_by_length (by drafted tokens: a decode of T

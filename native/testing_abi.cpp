@@ -129,10 +129,12 @@ bool table_rows(const double * flat, const int32_t * n_max, int32_t count, int32
 extern "C" sa_status sa_testing_choose_offer(const double * expected, const int32_t * n_max, int32_t n_offers,
                                              int32_t stride, const double * us_by_length, int32_t n_cost,
                                              double draft_us, double sample_us, int32_t n_others, double e_others,
+                                             int32_t rollback_free, double save_us, double restore_us,
                                              int32_t * offer, int32_t * n) {
     if (expected == nullptr || n_max == nullptr || us_by_length == nullptr || offer == nullptr || n == nullptr ||
         n_offers < 0 || n_offers > 64 || stride < 1 || stride > SA_MAX_DRAFT_POS + 1 || n_cost < 1 ||
-        n_cost > SA_MAX_DRAFT_POS + 1 || n_others < 0 || n_others > 1 << 20 || !(e_others >= 0)) {
+        n_cost > SA_MAX_DRAFT_POS + 1 || n_others < 0 || n_others > 1 << 20 || !(e_others >= 0) ||
+        !(save_us >= 0) || !(restore_us >= 0)) {
         return fail(SA_ERR_INVALID_ARG, "sa_testing_choose_offer: null argument or a size out of range");
     }
     std::vector<std::vector<double>> tables;
@@ -141,7 +143,8 @@ extern "C" sa_status sa_testing_choose_offer(const double * expected, const int3
     for (int32_t i = 0; i < n_offers; ++i) offers.push_back({&tables[(size_t) i], n_max[i]});
     StepCost cost;
     cost.fix(std::vector<double>(us_by_length, us_by_length + n_cost));
-    const OfferChoice choice = choose_offer(offers, cost, draft_us, sample_us, BatchShare{n_others, e_others});
+    const RollbackPrice rb{rollback_free < 0 ? INT32_MAX : rollback_free, save_us, restore_us};
+    const OfferChoice choice = choose_offer(offers, cost, draft_us, sample_us, BatchShare{n_others, e_others}, rb);
     *offer = choice.offer;
     *n = choice.length.n;
     return SA_OK;

@@ -70,6 +70,38 @@ def test_a_draft_in_a_batched_step_is_priced_by_the_step_it_joins():
     assert nt.choose_offer([weak], cost, n_others=15, e_others=15.0) == (-1, 0)
 
 
+
+# accepted with chance .9, .8, .7, .6 for the first 1..4 tokens: exactly a accepted of 4 with chance .1 each
+ROLLED = [1.0, 1.9, 2.7, 3.4, 4.0]
+CHEAP_LONG = [100.0, 150.0, 180.0, 200.0, 210.0]
+
+
+def test_a_draft_longer_than_the_target_undoes_for_free_pays_its_checkpoint_and_expected_restore():
+    """docs/decisions/0091: beyond rollback_free tokens, the save, and per rejection too deep the restore and
+    a step re-verifying the a accepted tokens and the sampled one (cost[a + 1] - cost[0])."""
+    # free everywhere: 1.9/150 = .0127, 2.7/180 = .0150, 3.4/200 = .0170, 4.0/210 = .0190
+    assert nt.choose_offer([ROLLED], CHEAP_LONG) == (0, 4)
+    assert nt.choose_offer([ROLLED], CHEAP_LONG, rollback_free=4, save_us=1e6, restore_us=1e6) == (0, 4)
+    # free up to 2, save = restore = 20: n = 3 pays 20 + .1 * (20 + 50) = 27: 3.4/227 = .0150;
+    # n = 4 pays 20 + 7 + .1 * (20 + 80) = 37: 4.0/247 = .0162, still the best
+    assert nt.choose_offer([ROLLED], CHEAP_LONG, rollback_free=2, save_us=20.0, restore_us=20.0) == (0, 4)
+    # save = restore = 60: n = 3 pays 60 + 11 = 71: 3.4/271 = .0125; n = 4 pays 60 + 11 + 14 = 85:
+    # 4.0/295 = .0136; n = 2 stays free at .0150
+    assert nt.choose_offer([ROLLED], CHEAP_LONG, rollback_free=2, save_us=60.0, restore_us=60.0) == (0, 2)
+    # nothing free (a target that only has full checkpoints), save = restore = 60: n = 1 pays 60 + .1 * 110
+    # = 71: 1.9/221 = .0086; n = 2: 60 + 11 + 14 = 85: 2.7/265 = .0102; n = 3: 85 + .1 * 160 = 101:
+    # 3.4/301 = .0113; n = 4: 101 + .1 * 170 = 118: 4.0/328 = .0122, over plain's 1/100
+    assert nt.choose_offer([ROLLED], CHEAP_LONG, rollback_free=0, save_us=60.0, restore_us=60.0) == (0, 4)
+
+
+def test_a_rollback_dear_enough_makes_plain_steps_win():
+    # COST, nothing free, save = restore = 100: n = 1 pays 100 + .1 * (100 + 50) = 115: 1.9/265 = .0072;
+    # n = 2: 100 + 15 + .1 * 180 = 133: 2.7/313 = .0086; n = 3: 133 + .1 * 260 = 159: 3.4/419 = .0081;
+    # n = 4: 159 + .1 * 270 = 186: 4.0/456 = .0088 — all under plain's .0100
+    assert nt.choose_offer([ROLLED], COST) == (0, 2)
+    assert nt.choose_offer([ROLLED], COST, rollback_free=0, save_us=100.0, restore_us=100.0) == (-1, 0)
+
+
 def _best_by_enumeration(expected, cost, n_fixed, e_fixed, n_total):
     """The best rate of any combination of draft lengths (the oracle), and a combination that reaches it."""
     rated = [(_rate(expected, cost, n_fixed, e_fixed, lengths), list(lengths))

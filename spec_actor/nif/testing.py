@@ -129,12 +129,18 @@ def refuse_next_seq_rm(handle: SessionHandle) -> None:
 
 
 def choose_offer(expected: list[list[float]], us_by_length: list[float], draft_us: float = 0.0,
-                 sample_us: float = 0.0, n_others: int = 0, e_others: float = 0.0) -> tuple[int, int]:
+                 sample_us: float = 0.0, n_others: int = 0, e_others: float = 0.0,
+                 rollback_free: int | None = None, save_us: float = 0.0,
+                 restore_us: float = 0.0) -> tuple[int, int]:
     """auto's chooser alone: (offer index or -1 for a plain step, draft length).
 
     ``expected[i][n]``: offer i's expected tokens for a draft of n tokens (``[0]`` is 1).
     ``n_others``/``e_others``: what other sequences put into a batched step
     (their tokens, and the tokens they are expected to make).
+    ``rollback_free``: drafts up to this long are undone for free (None: all);
+    a longer one pays ``save_us`` for a checkpoint and, when more than
+    ``rollback_free`` of its tokens are rejected, ``restore_us`` and a
+    re-verification (docs/decisions/0091).
     """
     stride = max(len(e) for e in expected) if expected else 1
     flat = ffi.new("double[]", [x for e in expected for x in e + [0.0] * (stride - len(e))] or [0.0])
@@ -142,7 +148,8 @@ def choose_offer(expected: list[list[float]], us_by_length: list[float], draft_u
     cost = ffi.new("double[]", us_by_length)
     offer, n = ffi.new("int32_t *"), ffi.new("int32_t *")
     check(lib.sa_testing_choose_offer(flat, n_max, len(expected), stride, cost, len(us_by_length), draft_us,
-                                      sample_us, n_others, e_others, offer, n), "choose offer")
+                                      sample_us, n_others, e_others, -1 if rollback_free is None else rollback_free,
+                                      save_us, restore_us, offer, n), "choose offer")
     return offer[0], n[0]
 
 
