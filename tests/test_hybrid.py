@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import re
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pytest
@@ -364,3 +364,27 @@ async def test_hybrid_actor_leaving_a_stream_early_then_greedy_equals_a_fresh_ac
             async with open_actor(hybrid_model, spec=SPECS[spec_type], n_ctx=4096, **CTX) as fresh:
                 expected = await fresh.generate(PROMPT, max_tokens=N, temp=0.0)
             assert again == expected
+
+
+def test_a_deeper_hybrid_trunk_alternates_blocks_and_mtp_greedy_equals_plain_greedy(tmp_path):
+    """write_hybrid_mtp_model(dims=...) with 4 trunk blocks (bench_adaptive --trunk-layers): delta-net and
+    attention in turn, the NextN block last, and speculation on it as lossless as on the default."""
+    path = tm.write_hybrid_mtp_model(tmp_path / "deep.gguf", dims=replace(tm.HYBRID_DIMS, n_layer=4))
+    g = tm.read_gguf(path)
+    assert g.metadata["qwen35.block_count"] == 5 and g.metadata["qwen35.nextn_predict_layers"] == 1
+    assert [f"blk.{i}.ssm_a" in g.tensors for i in range(4)] == [True, False, True, False]
+    assert "blk.4.nextn.eh_proj.weight" in g.tensors
+    with pytest.raises(ValueError, match="even n_layer"):
+        tm.write_hybrid_mtp_model(tmp_path / "odd.gguf", dims=replace(tm.HYBRID_DIMS, n_layer=3))
+    model = spec_actor.load_model(path, load_mtp=True)
+    try:
+        with Session(model, n_ctx=N_CTX, spec="none", **CTX) as plain, \
+                Session(model, n_ctx=N_CTX, spec=Spec("mtp", n_draft=3), **CTX) as mtp:
+            reference = plain.run(PROMPT, max_tokens=N, temp=0.0)
+            result = mtp.run(PROMPT, max_tokens=N, temp=0.0)
+    finally:
+        model.close()
+    assert len(set(reference.tokens)) > 8, "the deeper model's greedy path is degenerate"
+    assert result.tokens == reference.tokens
+    assert result.stats.drafts_accepted > 0
+    assert result.stats.drafts_generated > result.stats.drafts_accepted, "no draft was rejected"

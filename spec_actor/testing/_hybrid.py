@@ -45,9 +45,11 @@ SSM_CONV_KERNEL = 4
 _RECURRENT_GAIN = 0.2
 _ATTN_GAIN = 0.2
 _SEED_OFFSET = 8
+# How much a block past the first two moves the residual, relative to them.
+_QUIET_GAIN = 0.02
 
 
-def _delta_net(rng: Rng, t: dict[str, np.ndarray], i: int, n: int) -> None:
+def _delta_net(rng: Rng, t: dict[str, np.ndarray], i: int, n: int, gain: float) -> None:
     """The gated delta-net tensors of block ``i`` (shapes: qwen35.cpp, load_block_trunk)."""
     p = f"blk.{i}."
     key_dim = SSM_STATE * SSM_GROUPS
@@ -63,7 +65,7 @@ def _delta_net(rng: Rng, t: dict[str, np.ndarray], i: int, n: int) -> None:
     t[p + "ssm_beta.weight"] = rng.normal(p + "beta", (SSM_V_HEADS, n), 1.0 / np.sqrt(n))
     t[p + "ssm_alpha.weight"] = rng.normal(p + "alpha", (SSM_V_HEADS, n), 1.0 / np.sqrt(n))
     t[p + "ssm_norm.weight"] = ones(SSM_STATE)
-    t[p + "ssm_out.weight"] = rng.normal(p + "out", (n, value_dim), np.sqrt(_RECURRENT_GAIN) / np.sqrt(value_dim))
+    t[p + "ssm_out.weight"] = rng.normal(p + "out", (n, value_dim), np.sqrt(gain) / np.sqrt(value_dim))
 
 
 def _gated_attention(rng: Rng, t: dict[str, np.ndarray], i: int, d: Dims, gain: float) -> None:
@@ -72,9 +74,19 @@ def _gated_attention(rng: Rng, t: dict[str, np.ndarray], i: int, d: Dims, gain: 
     t[f"blk.{i}.attn_k_norm.weight"] = ones(d.head_dim)
 
 
-def write_hybrid_mtp_model(path: str | os.PathLike[str]) -> Path:
-    """Write a ``qwen35`` model: delta-net block, attention block, 1 NextN/MTP block."""
-    d = HYBRID_DIMS
+def write_hybrid_mtp_model(path: str | os.PathLike[str], dims: Dims = HYBRID_DIMS) -> Path:
+    """Write a ``qwen35`` model: delta-net and attention blocks in turn, then 1 NextN/MTP block.
+
+    The default is one block of each. Benchmarks pass a deeper trunk (an
+    even ``n_layer``), so that the MTP block costs the share of a trunk step
+    that it does in a real model: the blocks past the first two are quiet
+    (they move the residual ``_QUIET_GAIN`` as much), so they cost a step its
+    compute but leave the greedy path and the MTP block's acceptance about
+    as they are.
+    """
+    d = dims
+    if d.n_layer < 2 or d.n_layer % 2:
+        raise ValueError(f"a hybrid trunk needs an even n_layer >= 2, got {d.n_layer}")
     n = d.n_embd
     vocab = build_vocab()
     emb, out = base_embeddings(vocab, SEED)
@@ -85,14 +97,15 @@ def write_hybrid_mtp_model(path: str | os.PathLike[str]) -> Path:
         "output.weight": out,
     }
     for i in range(d.n_layer):
+        quiet = _QUIET_GAIN if i >= 2 else 1.0
         t[f"blk.{i}.attn_norm.weight"] = ones(n)
         t[f"blk.{i}.post_attention_norm.weight"] = ones(n)
         if i % 2 == 0:
-            _delta_net(rng, t, i, n)
-            ffn(rng, t, i, d, _RECURRENT_GAIN)
+            _delta_net(rng, t, i, n, _RECURRENT_GAIN * quiet)
+            ffn(rng, t, i, d, _RECURRENT_GAIN * quiet)
         else:
-            _gated_attention(rng, t, i, d, _ATTN_GAIN)
-            ffn(rng, t, i, d, _ATTN_GAIN)
+            _gated_attention(rng, t, i, d, _ATTN_GAIN * quiet)
+            ffn(rng, t, i, d, _ATTN_GAIN * quiet)
     i = d.n_layer
     p = f"blk.{i}."
     t[p + "attn_norm.weight"] = ones(n)

@@ -74,7 +74,7 @@ import numpy as np
 from ._gguf import (GGUFFile, GGUFTensorInfo, GGUFValueType, array, boolean, f32, read_gguf, string, u32,
                     write_gguf)
 from ._dflash import DFLASH_TARGET_LAYERS, write_dflash_drafter
-from ._hybrid import HYBRID_ARCH, write_hybrid_mtp_model
+from ._hybrid import HYBRID_ARCH, HYBRID_DIMS, write_hybrid_mtp_model
 from ._vocab import BOS_ID, EOS_ID, PAD_ID, Vocab, build_vocab, tokenizer_kv, vocab_tokens
 from ._weights import MTP_BLOCK_GAIN, SEED, Dims, Rng, attention, base_embeddings, common_kv, ffn, nextn_input, ones
 
