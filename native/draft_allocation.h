@@ -23,14 +23,18 @@ struct DraftOption {
     // What one of its tokens is worth beside the others' (decision 0087):
     // its tokens left over the most any sequence of the step has left.
     double weight = 1.0;
+    // What undoing its rejected tokens costs its target (decision 0091).
+    RollbackPrice rollback{};
 };
 
 // The draft length of each option that maximises
-//   (e_fixed + sum_i w_i expected_i[n_i]) / cost.at(n_fixed + sum_i n_i - 1),
+//   (e_fixed + sum_i w_i expected_i[n_i]) / (cost.at(n_fixed + sum_i n_i - 1) + sum_i rollback_i(n_i)),
 // the step's expected tokens per microsecond, where n_fixed counts the
 // decode's tokens that do not depend on the choice (each option's sampled
 // token and the other sequences' tokens) and e_fixed what those others are
-// expected to make (weighted alike), w_i option i's weight. StepCost is indexed by drafted tokens, a lone step
+// expected to make (weighted alike), w_i option i's weight, rollback_i
+// option i's rollback_us (its re-verification joining a step of n_fixed - 1
+// other tokens). StepCost is indexed by drafted tokens, a lone step
 // verifying n + 1: a decode of T tokens costs cost.at(T - 1). At most
 // n_total tokens in all. Draft tokens go in by their marginal expected
 // tokens, highest first, a sequence's in order; a longer choice must beat a

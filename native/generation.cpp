@@ -179,7 +179,9 @@ bool Sequence::prepare_verify(int32_t room, bool defer) {
 }
 
 bool Sequence::offer(DraftOption & out) const {
-    return verify_planned_ && drafted_now_ && drafter_ != nullptr && drafter_->offer(out);
+    if (!verify_planned_ || !drafted_now_ || drafter_ == nullptr || !drafter_->offer(out)) return false;
+    out.rollback = rollback_price();
+    return true;
 }
 
 void Sequence::resize_draft(int32_t n) {

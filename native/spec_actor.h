@@ -402,10 +402,13 @@ sa_status sa_testing_choose_offer(const double * expected, const int32_t * n_max
  * tokens expected to make e_fixed do not depend on the choice (each
  * option's sampled token counts in n_fixed, its expected[0] apart from
  * e_fixed); at most n_total tokens in all. weights: each option's weight
- * in (0, 1] (NULL: all 1). lengths[i]: option i's draft. */
+ * in (0, 1] (NULL: all 1). Every option's target undoes drafts of up to
+ * rollback_free tokens for free, as sa_testing_choose_offer's (< 0: all).
+ * lengths[i]: option i's draft. */
 sa_status sa_testing_allocate_drafts(const double * expected, const int32_t * n_max, int32_t n_options, int32_t stride,
                                      const double * us_by_length, int32_t n_cost, int32_t n_fixed, double e_fixed,
-                                     int32_t n_total, const double * weights, int32_t * lengths);
+                                     int32_t n_total, const double * weights, int32_t rollback_free, double save_us,
+                                     double restore_us, int32_t * lengths);
 /* The first index of the largest of x[0..n) as greedy verification picks it
  * (the vectorised argmax over a row of logits). */
 sa_status sa_testing_argmax(const float * x, int32_t n, int32_t * out);

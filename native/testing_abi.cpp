@@ -153,10 +153,11 @@ extern "C" sa_status sa_testing_choose_offer(const double * expected, const int3
 extern "C" sa_status sa_testing_allocate_drafts(const double * expected, const int32_t * n_max, int32_t n_options,
                                                 int32_t stride, const double * us_by_length, int32_t n_cost,
                                                 int32_t n_fixed, double e_fixed, int32_t n_total, const double * weights,
+                                                int32_t rollback_free, double save_us, double restore_us,
                                                 int32_t * lengths) {
     if (expected == nullptr || n_max == nullptr || us_by_length == nullptr || lengths == nullptr || n_options < 0 ||
         n_options > 64 || stride < 1 || stride > SA_MAX_DRAFT_POS + 1 || n_cost < 1 || n_cost > 4096 ||
-        n_fixed < 0 || n_total < 0 || n_total > 1 << 20 || !(e_fixed >= 0)) {
+        n_fixed < 0 || n_total < 0 || n_total > 1 << 20 || !(e_fixed >= 0) || !(save_us >= 0) || !(restore_us >= 0)) {
         return fail(SA_ERR_INVALID_ARG, "sa_testing_allocate_drafts: null argument or a size out of range");
     }
     for (int32_t i = 0; i < n_cost; ++i) {
@@ -169,7 +170,8 @@ extern "C" sa_status sa_testing_allocate_drafts(const double * expected, const i
         if (weights != nullptr && !(weights[i] > 0 && weights[i] <= 1)) {
             return fail(SA_ERR_INVALID_ARG, "sa_testing_allocate_drafts: weights must be in (0, 1]");
         }
-        options.push_back({&tables[(size_t) i], n_max[i], weights ? weights[i] : 1.0});
+        options.push_back({&tables[(size_t) i], n_max[i], weights ? weights[i] : 1.0,
+                           {rollback_free < 0 ? INT32_MAX : rollback_free, save_us, restore_us}});
     }
     StepCost cost;
     cost.fix(std::vector<double>(us_by_length, us_by_length + n_cost));

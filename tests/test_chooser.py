@@ -131,6 +131,24 @@ def test_a_batched_step_spends_its_drafts_where_they_are_likeliest_accepted():
     assert lengths == _best_by_enumeration([strong, middling, weak], cost, 3, 0.0, 1 << 16)[0]
 
 
+def test_a_batched_step_on_checkpointed_targets_prices_each_drafts_rollback():
+    """Decision 0091 in the joint choice: several sequences of a recurrent target roll back from checkpoints
+    (nothing undone for free), so each draft pays its save and, on a rejection, the restore and the
+    re-verification of its a accepted tokens and the sampled one beside the step's 2 other tokens
+    (cost[2 + a + 1] - cost[2] = 100 (a + 1))."""
+    cost = [1000.0 + 100.0 * k for k in range(40)]
+    strong, middling, weak = [1.0, 1.9, 2.71, 3.439], [1.0, 1.5, 1.75], [1.0, 1.1, 1.11]
+    assert nt.allocate_drafts([strong, middling, weak], cost, n_fixed=3) == [3, 1, 0]  # as above, all free
+    # save = restore = 50. strong: 1 token 50 + .1 * 150 = 65, 2: 65 + .09 * 250 = 87.5, 3: 87.5 + .081 * 350
+    # = 115.85; middling, 1 token: 50 + .5 * 150 = 125. In the gains' order: 3.9/1365 = .002857,
+    # 4.71/1487.5 = .003166, 5.439/1615.85 = .003366, then middling's first: 5.939/1840.85 = .003226
+    assert nt.allocate_drafts([strong, middling, weak], cost, n_fixed=3, rollback_free=0, save_us=50.0,
+                              restore_us=50.0) == [3, 0, 0]
+    # a save of 2000 for every draft: the best of them, strong's 3 tokens at 5.439/(1500 + 2065.85) = .001525,
+    # is under plain's 3/1200 = .0025
+    assert nt.allocate_drafts([strong, middling, weak], cost, n_fixed=3, rollback_free=0, save_us=2000.0,
+                              restore_us=50.0) == [0, 0, 0]
+
 def test_the_joint_lengths_land_the_step_on_a_cheaper_batch_size():
     """With the kernels' block shape (decision 0065) a fourth token can make the step cheaper, not dearer."""
     # T:  1     2     3     4     5     6     7     8     9

@@ -154,7 +154,9 @@ def choose_offer(expected: list[list[float]], us_by_length: list[float], draft_u
 
 
 def allocate_drafts(expected: list[list[float]], us_by_length: list[float], n_fixed: int, e_fixed: float = 0.0,
-                    n_total: int = 1 << 16, weights: list[float] | None = None) -> list[int]:
+                    n_total: int = 1 << 16, weights: list[float] | None = None,
+                    rollback_free: int | None = None, save_us: float = 0.0,
+                    restore_us: float = 0.0) -> list[int]:
     """A batched step's joint draft lengths alone: one length per option.
 
     ``expected[i][n]``: option i's expected tokens for a draft of n tokens
@@ -163,7 +165,8 @@ def allocate_drafts(expected: list[list[float]], us_by_length: list[float], n_fi
     (one per option, and the other sequences'), ``e_fixed`` what those others
     are expected to make; at most ``n_total`` tokens in all. ``weights``: what
     one token of each option is worth (its tokens left over the most any
-    sequence has left; None: all 1).
+    sequence has left; None: all 1). ``rollback_free``, ``save_us`` and
+    ``restore_us``: every option's rollback price, as `choose_offer`'s.
     """
     stride = max(len(e) for e in expected) if expected else 1
     flat = ffi.new("double[]", [x for e in expected for x in e + [0.0] * (stride - len(e))] or [0.0])
@@ -172,7 +175,8 @@ def allocate_drafts(expected: list[list[float]], us_by_length: list[float], n_fi
     lengths = ffi.new("int32_t[]", max(len(expected), 1))
     w = ffi.new("double[]", weights) if weights is not None else ffi.NULL
     check(lib.sa_testing_allocate_drafts(flat, n_max, len(expected), stride, cost, len(us_by_length), n_fixed,
-                                         e_fixed, n_total, w, lengths), "allocate drafts")
+                                         e_fixed, n_total, w, -1 if rollback_free is None else rollback_free,
+                                         save_us, restore_us, lengths), "allocate drafts")
     return [lengths[i] for i in range(len(expected))]
 
 
