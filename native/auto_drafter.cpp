@@ -7,11 +7,13 @@
 #include "ggml.h"
 
 #include <algorithm>
+#include <iterator>
 #ifdef __GLIBC__
 #include <malloc.h>
 #endif
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 namespace sa {
 
@@ -65,31 +67,58 @@ double expected_at(const std::vector<double> & expected, int32_t n) {
 
 AutoDrafter::~AutoDrafter() { free_arms(); }
 
-void AutoDrafter::free_arms() {
-    if (cheap_.empty()) return;
-    for (Arm & arm : cheap_) common_speculative_free(arm.spec);  // null for the memory and text arms
-    cheap_.clear();
+// Drops what spec learned from earlier runs, in place; false: it cannot
+// (llama.cpp without spec_actor's edits, or a drafter that has no way to),
+// and a new one is made instead (decision 0092).
+static bool forget_in_place(common_speculative * spec) {
+#ifdef COMMON_HAS_SPECULATIVE_FORGET
+    return common_speculative_forget(spec);
+#else
+    (void) spec;
+    return false;
+#endif
+}
+
+void AutoDrafter::free_arms() { free_specs(std::move(cheap_)); }
+
+void AutoDrafter::free_specs(std::vector<Arm> && arms) {
+    bool big = false;
+    for (Arm & arm : arms) {
+        if (arm.spec == nullptr) continue;  // the memory and text arms, or a drafter taken over
+        big = big || arm.id == SA_SPEC_NGRAM_MOD;
+        common_speculative_free(arm.spec);
+    }
+    arms.clear();
 #ifdef __GLIBC__
     // ngram-mod's 16 MiB table, freed on a worker thread's arena, would stay
     // resident there: glibc serves the next one from that arena, not mmap
     // (its threshold rose at the first free), and a fresh run per request
     // (memory=0) on N threads grew a pool by 800 MB.
-    malloc_trim(0);
+    if (big) malloc_trim(0);
 #endif
 }
 
 void AutoDrafter::make_arms() {
-    free_arms();
+    // a fresh run keeps each n-gram drafter that can forget what it learned
+    // (ngram-mod's table costs 16 MiB of page faults to make anew)
+    std::vector<Arm> old = std::move(cheap_);
+    cheap_.clear();
     common_params_speculative p = base_;
-    for (const CheapKind & kind : kNgramKinds) {
-        p.types = {common_speculative_type_from_name(kind.name)};
+    for (size_t k = 0; k < std::size(kNgramKinds); ++k) {
+        const CheapKind & kind = kNgramKinds[k];
         Arm arm;
         arm.id = kind.id;
-        arm.spec = common_speculative_init(p, 1);
+        if (k < old.size() && old[k].id == kind.id && forget_in_place(old[k].spec)) {
+            arm.spec = std::exchange(old[k].spec, nullptr);
+        } else {
+            p.types = {common_speculative_type_from_name(kind.name)};
+            arm.spec = common_speculative_init(p, 1);
+        }
         if (arm.spec == nullptr) throw std::runtime_error(std::string("could not initialise ") + kind.name);
         arm.accept.reset(n_cap_, kLaterFloor);
         cheap_.push_back(std::move(arm));
     }
+    free_specs(std::move(old));
     auto add_buckets = [&](int32_t id, const auto & buckets) {
         for (const MemoryBucket & bucket : buckets) {
             Arm arm;

@@ -210,8 +210,11 @@ private:
     void explore(Arm *& best, int32_t & best_n);
     void draft_with(Arm & arm, const DraftInput & in, int64_t extra_us = 0);
     double cheap_cost() const;
+    // The arms afresh: nothing learned in earlier runs (each n-gram drafter
+    // forgets in place where it can, decision 0092).
     void make_arms();
     void free_arms();
+    static void free_specs(std::vector<Arm> && arms);
 };
 
 }  // namespace sa

@@ -1,4 +1,4 @@
-"""Edits spec_actor makes to the llama.cpp source it builds (docs/decisions/0085, 0086, 0088, 0089, 0090).
+"""Edits spec_actor makes to the llama.cpp source it builds (docs/decisions/0085, 0086, 0088, 0089, 0090, 0092).
 
 Each edit replaces one exact, unique passage of one file; `apply` refuses a
 tree where a passage is missing or not unique, so a new llama.cpp version
@@ -243,6 +243,81 @@ _SGEMM_ONE_ROW_AVX512 = (
     "#endif\n"
 )
 
+# common_speculative holds what its n-gram drafters learned from earlier
+# sequences; auto's "fresh" runs (memory=0, forget()) must start without it,
+# and made new ones per request. ngram-mod's table is 16 MiB, zeroed and
+# filled at construction: about 8 ms of page faults and writes a request.
+# common_speculative_forget drops the learned state in place where a drafter
+# can (ngram-mod: a reset of its resident table); false: make a new one.
+_SPEC_FORGET_API = (
+    "// spec_actor (docs/decisions/0092): drops what spec's drafters learned from earlier\n"
+    "// sequences, in place, so that it holds what a new one holds; false: one of them\n"
+    "// cannot, and the caller makes a new one.\n"
+    "#define COMMON_HAS_SPECULATIVE_FORGET 1\n"
+    "bool common_speculative_forget(common_speculative * spec);\n"
+    "\n"
+)
+_SPEC_FORGET_NGRAM_MOD = (
+    "        sinfos.resize(n_seq);\n"
+    "    }\n"
+    "\n"
+    "    bool forget() override {  // spec_actor: 0092\n"
+    "        mod.reset();\n"
+    "        for (auto & sinfo : sinfos) {\n"
+    "            sinfo = seq_info{};\n"
+    "        }\n"
+    "        return true;\n"
+    "    }\n"
+    "\n"
+    "    void begin(llama_seq_id seq_id, const llama_tokens & prompt) override {\n"
+    "        auto & sinfo = sinfos[seq_id];\n"
+)
+_SPEC_FORGET = (
+    "bool common_speculative_forget(common_speculative * spec) {  // spec_actor: 0092\n"
+    "    if (spec == nullptr) {\n"
+    "        return true;\n"
+    "    }\n"
+    "    bool ok = true;\n"
+    "    for (auto & impl : spec->impls) {\n"
+    "        ok = impl->forget() && ok;\n"
+    "    }\n"
+    "    return ok;\n"
+    "}\n"
+    "\n"
+)
+
+# ngram-mod's reset filled all 4M entries of its table (16 MiB) however few
+# were in use: a fresh run per request paid that in every slot. It now
+# clears the entries add() filled, while they are few enough to list.
+_NGRAM_MOD_FILLED_MEMBER = (
+    "    std::vector<entry_t> entries;\n"
+    "\n"
+    "    // spec_actor (docs/decisions/0092): the entries add() filled, listed while\n"
+    "    // they are fewer than 1/16 of the table, so that reset() clears only them\n"
+    "    std::vector<uint32_t> filled;\n"
+)
+_NGRAM_MOD_ADD = (
+    "    if (entries[i] == EMPTY) {\n"
+    "        used++;\n"
+    "        if (filled.size() < entries.size() / 16 && i <= UINT32_MAX) {  // spec_actor: 0092\n"
+    "            filled.push_back((uint32_t) i);\n"
+    "        }\n"
+    "    }\n"
+)
+_NGRAM_MOD_RESET = (
+    "void common_ngram_mod::reset() {\n"
+    "    if (filled.size() == used) {  // spec_actor: 0092, every filled entry is listed\n"
+    "        for (const uint32_t i : filled) {\n"
+    "            entries[i] = EMPTY;\n"
+    "        }\n"
+    "    } else {\n"
+    "        std::fill(entries.begin(), entries.end(), EMPTY);\n"
+    "    }\n"
+    "    filled.clear();\n"
+    "    used = 0;\n"
+    "}\n"
+)
+
 EDITS = (
     Edit(
         path="ggml/src/ggml-cpu/ops.cpp",
@@ -298,6 +373,30 @@ EDITS = (
     _insert(path=_SGEMM, anchor=_SGEMM_CLASS, above=_SGEMM_GUARD),
     Edit(path=_SGEMM, before=_SGEMM_MATMUL, after=_SGEMM_MATMUL_AVX512),
     Edit(path=_SGEMM, before=_SGEMM_ONE_ROW, after=_SGEMM_ONE_ROW_AVX512),
+    _insert(path="common/speculative.h", anchor="// process the batch and update the internal state of the speculative context\n",
+            above=_SPEC_FORGET_API),
+    _insert(path="common/speculative.cpp",
+            anchor="    virtual void set_state(llama_seq_id /*seq_id*/, const std::vector<uint8_t> & /*data*/) {}\n",
+            below="\n    // spec_actor (0092): drops what was learned from earlier sequences; false: cannot\n"
+                  "    virtual bool forget() { return false; }\n"),
+    Edit(path="common/speculative.cpp",
+         before=("        sinfos.resize(n_seq);\n"
+                 "    }\n"
+                 "\n"
+                 "    void begin(llama_seq_id seq_id, const llama_tokens & prompt) override {\n"
+                 "        auto & sinfo = sinfos[seq_id];\n"),
+         after=_SPEC_FORGET_NGRAM_MOD),
+    _insert(path="common/speculative.cpp",
+            anchor="bool common_speculative_process(common_speculative * spec, const common_batch & batch) {\n",
+            above=_SPEC_FORGET),
+    Edit(path="common/ngram-mod.h", before="    std::vector<entry_t> entries;\n", after=_NGRAM_MOD_FILLED_MEMBER),
+    Edit(path="common/ngram-mod.cpp", before="    entries.resize(size);\n",
+         after="    entries.assign(size, EMPTY);  // spec_actor: 0092, so that reset() has nothing listed to clear\n"),
+    Edit(path="common/ngram-mod.cpp", before="    if (entries[i] == EMPTY) {\n        used++;\n    }\n",
+         after=_NGRAM_MOD_ADD),
+    Edit(path="common/ngram-mod.cpp",
+         before="void common_ngram_mod::reset() {\n    std::fill(entries.begin(), entries.end(), EMPTY);\n    used = 0;\n}\n",
+         after=_NGRAM_MOD_RESET),
 )
 
 

@@ -1,4 +1,4 @@
-"""The edits spec_actor makes to llama.cpp's source (native/llama_patches.py, decisions 0085, 0086, 0088, 0089 and 0090).
+"""The edits spec_actor makes to llama.cpp's source (native/llama_patches.py, decisions 0085, 0086, 0088-0090, 0092).
 
 The build must make every edit in the tree it compiles, and refuse a tree
 where a passage to replace is missing or ambiguous rather than build an
@@ -90,7 +90,8 @@ def _compile_check(tmp_path: Path, name: str, libs: list[str]) -> Path:
     exe = tmp_path / name
     subprocess.run([os.environ.get("CXX", "g++"), "-O2", "-std=c++17", "-o", str(exe),
                     str(Path(__file__).parent / "native" / f"{name}.cpp"),
-                    f"-I{source / 'include'}", f"-I{source / 'ggml' / 'include'}", f"-L{prefix / 'lib'}",
+                    f"-I{source / 'include'}", f"-I{source / 'ggml' / 'include'}", f"-I{source / 'common'}",
+                    f"-L{prefix / 'lib'}",
                     *[f"-l{lib}" for lib in libs], f"-Wl,-rpath,{prefix / 'lib'}", "-lpthread"], check=True)
     return exe
 
@@ -155,3 +156,16 @@ def test_quantized_products_match_a_reference_and_do_not_depend_on_the_batch(tmp
     for _type, _m, _k, err, nan, invariant in cases:
         # measured up to 6e-8 of the sum of the products' magnitudes
         assert nan == 0 and err < 1e-5 and invariant == 1, out
+
+
+def test_an_ngram_mod_drafter_forgets_in_place_what_it_learned(tmp_path):
+    # decision 0092: after common_speculative_forget an ngram-mod drafter
+    # that an earlier sequence taught drafts what a new one drafts (nothing,
+    # here: the n-gram it learned is not in the new context); a drafter with
+    # no way to forget answers false, and auto makes a new one
+    exe = _compile_check(tmp_path, "speculative_forget_check", ["llama-common", "llama", "ggml", "ggml-base"])
+    out = subprocess.run([str(exe)], capture_output=True, text=True, check=True, timeout=120).stdout
+    lines = dict(line.split(" ", 2)[1:] for line in out.splitlines())
+    fields = {name: dict(zip(rest.split()[::2], map(int, rest.split()[1::2]))) for name, rest in lines.items()}
+    assert fields["ngram-mod"] == {"learned": 8, "forgot": 1, "draft": 0, "new_draft": 0, "equal": 1}, out
+    assert fields["ngram-simple"]["forgot"] == 0, out
