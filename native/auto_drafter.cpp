@@ -440,7 +440,8 @@ void AutoDrafter::judge(size_t n_made) {
 }
 
 bool AutoDrafter::never_pays(double process_us) const {
-    if (!model_arm_.costed || !verify_.measured() || sample_us_ <= 0) return false;
+    // a step's sampling can take under a microsecond (0 measured): seen is what counts
+    if (!model_arm_.costed || !verify_.measured() || !sample_seen_) return false;
     const int32_t n = model_n_max_;
     const double fixed = choice_.d_cheap + sample_us_;  // what every step pays, the plain one too
     const double best = (double) (n + 1) /
@@ -471,8 +472,9 @@ void AutoDrafter::observe(const StepOutcome & out) {
             ++priced_steps_;
         }
         const double per_token = (double) out.t_sample_us / (double) std::max<size_t>(ids.size(), 1);
-        sample_us_ = verify_.measured() && sample_us_ > 0 ? kCostDecay * sample_us_ + (1.0 - kCostDecay) * per_token
-                                                          : per_token;
+        sample_us_ = verify_.measured() && sample_seen_ ? kCostDecay * sample_us_ + (1.0 - kCostDecay) * per_token
+                                                        : per_token;
+        sample_seen_ = true;
         // Every proposal learns how much of it the target's tokens confirm:
         // positions up to ids.size() are known, later ones are not.
         auto learn = [&](Arm & arm) {

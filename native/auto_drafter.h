@@ -171,6 +171,7 @@ private:
     StepCost verify_;
     std::shared_ptr<const std::vector<double>> calibration_;  // the table verify_ was calibrated with
     double sample_us_ = 0;  // decayed mean sampling time per token made
+    bool sample_seen_ = false;  // sample_us_ holds a measurement (which may be 0)
     TextLookup text_;
     SpliceLookup splice_;
     llama_tokens proposal_;  // the memory's or a lookup's, before it goes to its arm
