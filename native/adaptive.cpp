@@ -205,19 +205,18 @@ void AdaptiveDraft::reset(int32_t n_cap, int32_t n_floor) {
     cost_.reset();
 }
 
-double rollback_us(const std::vector<double> & expected, int32_t n, const StepCost & cost, const RollbackPrice & rb,
-                   int32_t n_others) {
+double rollback_step_us(const std::vector<double> & expected, int32_t n, const StepCost & cost,
+                        const RollbackPrice & rb, int32_t n_others) {
     if (n <= rb.free || n >= (int32_t) expected.size()) return 0.0;
     // expected[j] - expected[j - 1]: the chance that the first j tokens are accepted
     auto reach = [&](int32_t j) { return j == 0 ? 1.0 : expected[(size_t) j] - expected[(size_t) j - 1]; };
-    // exactly a accepted, a < n - free: a restore, then a step verifying the
-    // a accepted tokens and the sampled one where a plain step verifies none
-    double us = rb.save_us;
-    for (int32_t a = 0; a < n - rb.free; ++a) {
-        const double p = reach(a) - reach(a + 1);
-        if (p > 0.0) us += p * (rb.restore_us + cost.at(n_others + a + 1) - cost.at(n_others));
-    }
-    return us;
+    // the n-th token adds the case of exactly a = n - free - 1 accepted: a
+    // restore, then a step verifying the a accepted tokens and the sampled
+    // one where a plain step verifies none; the first token past free adds
+    // the checkpoint too
+    const int32_t a = n - rb.free - 1;
+    const double p = std::max(reach(a) - reach(a + 1), 0.0);
+    return (a == 0 ? rb.save_us : 0.0) + p * (rb.restore_us + cost.at(n_others + a + 1) - cost.at(n_others));
 }
 
 LengthChoice best_length(const std::vector<double> & expected, const StepCost & cost, int32_t n_lo, int32_t n_hi,
@@ -225,11 +224,13 @@ LengthChoice best_length(const std::vector<double> & expected, const StepCost & 
                          const RollbackPrice & rb) {
     LengthChoice best{n_lo - 1, 0.0};
     n_hi = std::min(n_hi, (int32_t) expected.size() - 1);
+    double rollback = 0;  // the expected rollback price of a draft of n tokens, built up length by length
+    for (int32_t n = 1; n < n_lo; ++n) rollback += rollback_step_us(expected, n, cost, rb, share.n_others);
     for (int32_t n = std::max(n_lo, 0); n <= n_hi; ++n) {
+        rollback += rollback_step_us(expected, n, cost, rb, share.n_others);
         if (expected[(size_t) n] < min_expected) continue;
         const double e = share.e_others + expected[(size_t) n];
-        const double rate = e / (cost.at(share.n_others + n) + rollback_us(expected, n, cost, rb, share.n_others) +
-                                 extra_us + sample_us * e);
+        const double rate = e / (cost.at(share.n_others + n) + rollback + extra_us + sample_us * e);
         if (rate > best.rate * kLongerMustBeat) best = {n, rate};
     }
     return best;

@@ -121,15 +121,17 @@ struct RollbackPrice {
     double restore_us = 0;
 };
 
-// What a draft of n tokens is expected to pay for its rollback: nothing up
-// to rb.free tokens; beyond, the checkpoint, and for each number a of
-// accepted tokens that leaves more than rb.free rejected, its probability
-// times the restore and what the next step, which verifies the a accepted
-// tokens and the sampled one again, costs beyond a plain step. expected: the
-// offer's expected tokens by length (expected[0] = 1), so that
-// expected[j] - expected[j - 1] is the chance that j tokens are accepted.
-double rollback_us(const std::vector<double> & expected, int32_t n, const StepCost & cost, const RollbackPrice & rb,
-                   int32_t n_others = 0);
+// What lengthening a draft from n - 1 to n tokens adds to its expected
+// rollback price; the price of n tokens is the sum over 1..n. Nothing up to
+// rb.free tokens. Beyond, the first token adds the checkpoint, and the n-th
+// adds the case of exactly a = n - rb.free - 1 accepted tokens (more than
+// rb.free rejected): its probability times the restore and what the next
+// step, which verifies the a accepted tokens and the sampled one again,
+// costs beyond a plain step. expected: the offer's expected tokens by length
+// (expected[0] = 1), so that expected[j] - expected[j - 1] is the chance
+// that j tokens are accepted.
+double rollback_step_us(const std::vector<double> & expected, int32_t n, const StepCost & cost,
+                        const RollbackPrice & rb, int32_t n_others = 0);
 
 // A draft length and the expected tokens per microsecond of a step drafting it.
 struct LengthChoice {
@@ -142,11 +144,11 @@ constexpr double kLongerMustBeat = 1.0001;
 
 // The one draft-length chooser of every drafter: the length n in [n_lo, n_hi]
 // with the most expected tokens per microsecond of the step,
-//   e / (cost.at(share.n_others + n) + rollback_us(n) + extra_us + sample_us * e),
+//   e / (cost.at(share.n_others + n) + rollback(n) + extra_us + sample_us * e),
 //   e = share.e_others + expected[n],
-// where extra_us is the drafting time of the step and sample_us the sampling
-// time per token made. Alone in its step (share empty) that is the draft's
-// own rate; in a batch, the batch's, so a draft is worth its tokens only
+// where extra_us is the drafting time of the step, sample_us the sampling
+// time per token made and rollback(n) the sum of rollback_step_us over 1..n.
+// Alone in its step (share empty) that is the draft's own rate; in a batch, the batch's, so a draft is worth its tokens only
 // where they outrun what they add to everyone's step. Lengths whose expected
 // tokens are under min_expected are passed over; {n_lo - 1, 0} when none is left.
 LengthChoice best_length(const std::vector<double> & expected, const StepCost & cost, int32_t n_lo, int32_t n_hi,

@@ -20,11 +20,7 @@ std::vector<int32_t> allocate_drafts(const std::vector<DraftOption> & options, i
     double e = e_fixed;
     for (const DraftOption & o : options) e += o.weight * (*o.expected)[0];
     int32_t t = n_fixed;
-    // the options' expected rollback cost at their lengths so far (decision 0091)
-    auto rollback_at = [&](size_t i, int32_t n) {
-        return rollback_us(*options[i].expected, n, cost, options[i].rollback, n_fixed - 1);
-    };
-    double rollback = 0;
+    double rollback = 0;  // the options' expected rollback price at their lengths so far (decision 0091)
     double best_rate = e / cost.at(t - 1);
     std::vector<size_t> order;  // options in the order their tokens went in
     size_t best_d = 0;
@@ -34,7 +30,7 @@ std::vector<int32_t> allocate_drafts(const std::vector<DraftOption> & options, i
         order.push_back(i);
         e += g;
         ++t;
-        rollback += rollback_at(i, next[i]) - rollback_at(i, next[i] - 1);
+        rollback += rollback_step_us(*options[i].expected, next[i], cost, options[i].rollback, n_fixed - 1);
         if (++next[i] <= options[i].n_max) queue.emplace(gain(i), i);
         const double rate = e / (cost.at(t - 1) + rollback);
         if (rate > best_rate * kLongerMustBeat) {

@@ -32,9 +32,9 @@ struct DraftOption {
 // the step's expected tokens per microsecond, where n_fixed counts the
 // decode's tokens that do not depend on the choice (each option's sampled
 // token and the other sequences' tokens) and e_fixed what those others are
-// expected to make (weighted alike), w_i option i's weight, rollback_i
-// option i's rollback_us (its re-verification joining a step of n_fixed - 1
-// other tokens). StepCost is indexed by drafted tokens, a lone step
+// expected to make (weighted alike), w_i option i's weight, rollback_i(n_i)
+// option i's rollback_step_us summed over 1..n_i (its re-verification joining
+// a step of n_fixed - 1 other tokens). StepCost is indexed by drafted tokens, a lone step
 // verifying n + 1: a decode of T tokens costs cost.at(T - 1). At most
 // n_total tokens in all. Draft tokens go in by their marginal expected
 // tokens, highest first, a sequence's in order; a longer choice must beat a

@@ -124,6 +124,11 @@ bool table_rows(const double * flat, const int32_t * n_max, int32_t count, int32
     return true;
 }
 
+// The testing ABI's rollback price: rollback_free < 0 undoes every draft for free.
+RollbackPrice testing_rollback(int32_t rollback_free, double save_us, double restore_us) {
+    return {rollback_free < 0 ? INT32_MAX : rollback_free, save_us, restore_us};
+}
+
 }  // namespace
 
 extern "C" sa_status sa_testing_choose_offer(const double * expected, const int32_t * n_max, int32_t n_offers,
@@ -143,8 +148,8 @@ extern "C" sa_status sa_testing_choose_offer(const double * expected, const int3
     for (int32_t i = 0; i < n_offers; ++i) offers.push_back({&tables[(size_t) i], n_max[i]});
     StepCost cost;
     cost.fix(std::vector<double>(us_by_length, us_by_length + n_cost));
-    const RollbackPrice rb{rollback_free < 0 ? INT32_MAX : rollback_free, save_us, restore_us};
-    const OfferChoice choice = choose_offer(offers, cost, draft_us, sample_us, BatchShare{n_others, e_others}, rb);
+    const OfferChoice choice = choose_offer(offers, cost, draft_us, sample_us, BatchShare{n_others, e_others},
+                                            testing_rollback(rollback_free, save_us, restore_us));
     *offer = choice.offer;
     *n = choice.length.n;
     return SA_OK;
@@ -171,7 +176,7 @@ extern "C" sa_status sa_testing_allocate_drafts(const double * expected, const i
             return fail(SA_ERR_INVALID_ARG, "sa_testing_allocate_drafts: weights must be in (0, 1]");
         }
         options.push_back({&tables[(size_t) i], n_max[i], weights ? weights[i] : 1.0,
-                           {rollback_free < 0 ? INT32_MAX : rollback_free, save_us, restore_us}});
+                           testing_rollback(rollback_free, save_us, restore_us)});
     }
     StepCost cost;
     cost.fix(std::vector<double>(us_by_length, us_by_length + n_cost));
