@@ -1,27 +1,26 @@
 """Cancel a generation after a deadline; the actor is idle the moment the block exits.
 
-    python examples/cancel_on_timeout.py [max_tokens]     (or SPEC_ACTOR_MAX_TOKENS)
+    python examples/cancel_on_timeout.py [max_tokens [deadline_s]]   (or SPEC_ACTOR_MAX_TOKENS; deadline 1 s)
 """
 
+import argparse
 import os
-import sys
 import time
 
 import trio
 
 import spec_actor
 
-MAX_TOKENS = int(sys.argv[1] if len(sys.argv) > 1 else os.environ.get("SPEC_ACTOR_MAX_TOKENS", 400))
-DEADLINE = 1.0  # seconds
+TIMEOUT = 0.0001  # seconds: shorter than any model takes to its first token, to show the error
 
 
-async def main() -> None:
+async def main(max_tokens: int, deadline: float) -> None:
     model = spec_actor.load_model()
     async with spec_actor.open_actor(model, n_ctx=2048) as actor:
         pieces = []
-        with trio.move_on_after(DEADLINE) as scope:
+        with trio.move_on_after(deadline) as scope:
             async for piece in actor.stream("Write a long story about a lighthouse keeper.",
-                                            max_tokens=MAX_TOKENS):
+                                            max_tokens=max_tokens):
                 pieces.append(piece)
         # Leaving the loop set the native cancel flag and waited for the loop to stop.
         outcome = "cancelled at the deadline" if scope.cancelled_caught else "finished before the deadline"
@@ -30,7 +29,7 @@ async def main() -> None:
         # A per-request timeout: no event for that long ends the request with an error.
         start = time.perf_counter()
         try:
-            await actor.generate("The capital of France is", max_tokens=MAX_TOKENS, timeout=0.001)
+            await actor.generate("The capital of France is", max_tokens=max_tokens, timeout=TIMEOUT)
             print("generate finished within its timeout")
         except spec_actor.GenerationTimeout as exc:
             print(f"generate timed out after {time.perf_counter() - start:.3f} s: {exc}")
@@ -40,4 +39,8 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    trio.run(main)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("max_tokens", nargs="?", type=int, default=int(os.environ.get("SPEC_ACTOR_MAX_TOKENS", 400)))
+    parser.add_argument("deadline", nargs="?", type=float, default=1.0, help="seconds the story may take")
+    args = parser.parse_args()
+    trio.run(main, args.max_tokens, args.deadline)

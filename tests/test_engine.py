@@ -265,31 +265,46 @@ def test_only_decodes_without_a_prompt_chunk_price_auto_steps(gemma):
     from spec_actor.nif import testing as nt
 
     story = "Write a short story about a lighthouse keeper and a storm."
+    counting = "Count from one to five hundred in words: one, two, three, four, five, six,"
     long_prompt = " ".join(f"Line {i}: the ledger lists order {i * 7} as shipped." for i in range(40))
-    with Session(gemma, spec="auto", n_ctx=1024, n_seq=2, n_threads=1) as session:
+    with Session(gemma, spec="auto", n_ctx=2048, n_seq=2, n_threads=1) as session:
         handle = session._handle
         # alone, every verified step prices: all but the first token's, which came from
         # the prompt's own decode (decision 0080)
         before = nt.auto_priced_steps(handle)
         alone = session.run(story, seq=0, max_tokens=16, temp=0.0)
         assert nt.auto_priced_steps(handle) - before == alone.stats.iters - 1
-        # beside another sequence's prefill, the steps that held its chunks do not
-        decoding = threading.Event()
+        # Beside another sequence's prefill, the steps that held its chunks do not. The
+        # decoding run goes on until the other run has returned and it has had two more
+        # steps, then stops itself: whatever the threads' timing, it decodes beside the
+        # other's prompt and, at least once, alone (its events come within its steps, so
+        # its second step after the other returned began after that).
+        decoding, other_returned = threading.Event(), threading.Event()
+        steps_after: list[int] = []
         results: list[spec_actor.RunResult] = []
+
+        def on_long(events: list[Any]) -> bool:
+            decoding.set()
+            if other_returned.is_set():
+                steps_after.append(len(events))
+            return len(steps_after) < 2
+
+        # the budget outlasts the other's prefill, cut into chunks of 16 tokens or more
         long_run = threading.Thread(target=lambda: results.append(session.run(
-            story + " Make it long.", seq=0, max_tokens=48, temp=0.0,
-            on_events=lambda _: decoding.set() or True)))
+            counting, seq=0, max_tokens=1024, temp=0.0, on_events=on_long)))
         before = nt.auto_priced_steps(handle)
         long_run.start()
         try:
             assert decoding.wait(30)
             other = session.run(long_prompt, seq=1, max_tokens=2, temp=0.0)
         finally:
+            other_returned.set()
             long_run.join()
         priced = nt.auto_priced_steps(handle) - before
-    iters = results[0].stats.iters
-    assert other.status in ("done", "eog") and results[0].status in ("done", "eog")
-    assert 0 < priced < iters, (priced, iters)
+    long = results[0]
+    assert other.status in ("done", "eog") and long.status == "stopped", (other.status, long.status)
+    # unpriced: the first token's step and every step that held a chunk of the other's prompt
+    assert 0 < priced < long.stats.iters - 1, (priced, long.stats.iters)
 
 
 def test_a_request_returns_within_a_step_of_its_end_while_others_decode(gemma):
