@@ -7,10 +7,13 @@ builds only ``llama-server``: the library targets keep their flags, so
 nothing of them recompiles and the server runs the very same ggml and llama
 code as spec_actor. The first call compiles the server (about 70 files);
 later calls return the binary.
+
+    python bench/llama_server_build.py     # prints the path of llama-server
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 import shutil
 import subprocess
@@ -44,4 +47,5 @@ def build_llama_server() -> Path:
 
 
 if __name__ == "__main__":
+    argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()
     print(build_llama_server())

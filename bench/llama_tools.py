@@ -6,10 +6,13 @@ context) are compiled from the same llama.cpp source and
 linked to the same shared libraries that spec_actor uses, so a benchmark
 compares the loops, not two builds. ``verify-cost`` (bench/verify_cost.cpp)
 times one verification batch by size. Output goes next to the cached build.
+
+    python bench/llama_tools.py     # builds llama.cpp's programs and prints their paths
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 import subprocess
 import sys
@@ -53,5 +56,6 @@ def build_tools(names: list[str] | None = None) -> dict[str, Path]:
 
 
 if __name__ == "__main__":
+    argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()
     for name, path in build_tools().items():
         print(name, path)

@@ -3,14 +3,13 @@
     python examples/live_stats.py [max_tokens]     (or SPEC_ACTOR_MAX_TOKENS)
 """
 
+import argparse
 import os
-import sys
 
 import trio
 
 import spec_actor
 
-MAX_TOKENS = int(sys.argv[1] if len(sys.argv) > 1 else os.environ.get("SPEC_ACTOR_MAX_TOKENS", 160))
 PROMPT = """Release notes, version 2.1:
 - Fixed: the importer no longer drops empty rows.
 - Fixed: dates before 1970 parse again.
@@ -25,10 +24,10 @@ def line(s: spec_actor.StatsSnapshot) -> str:
             f"drafts {s.drafts_accepted}/{s.drafts_generated} accepted  ")
 
 
-async def main() -> None:
+async def main(max_tokens: int) -> None:
     model = spec_actor.load_model()
     async with spec_actor.open_actor(model, spec="ngram-mod", n_ctx=2048) as actor:
-        async with actor.stream(PROMPT, max_tokens=MAX_TOKENS) as text, trio.open_nursery() as nursery:
+        async with actor.stream(PROMPT, max_tokens=max_tokens) as text, trio.open_nursery() as nursery:
 
             async def show() -> None:
                 while True:  # stream.stats() is lock-free: poll it as often as you like
@@ -43,4 +42,6 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    trio.run(main)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("max_tokens", nargs="?", type=int, default=int(os.environ.get("SPEC_ACTOR_MAX_TOKENS", 160)))
+    trio.run(main, parser.parse_args().max_tokens)

@@ -3,15 +3,14 @@
     python examples/pool_fanout.py [max_tokens]     (or SPEC_ACTOR_MAX_TOKENS)
 """
 
+import argparse
 import os
-import sys
 import time
 
 import trio
 
 import spec_actor
 
-MAX_TOKENS = int(sys.argv[1] if len(sys.argv) > 1 else os.environ.get("SPEC_ACTOR_MAX_TOKENS", 48))
 PROMPTS = [
     "The three primary colors are",
     "A good name for a pet turtle is",
@@ -20,14 +19,14 @@ PROMPTS = [
 ]
 
 
-async def main() -> None:
+async def main(max_tokens: int) -> None:
     model = spec_actor.load_model()
     results: dict[int, str] = {}
     start = time.perf_counter()
     async with spec_actor.open_pool(model, size=2, n_ctx=1024) as pool:
 
         async def ask(i: int) -> None:
-            results[i] = await pool.generate(PROMPTS[i], max_tokens=MAX_TOKENS)
+            results[i] = await pool.generate(PROMPTS[i], max_tokens=max_tokens)
 
         async with trio.open_nursery() as nursery:
             for i in range(len(PROMPTS)):
@@ -40,4 +39,6 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    trio.run(main)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("max_tokens", nargs="?", type=int, default=int(os.environ.get("SPEC_ACTOR_MAX_TOKENS", 48)))
+    trio.run(main, parser.parse_args().max_tokens)

@@ -16,6 +16,7 @@ with or without the pool) did not hang in 500 requests. Not fixed yet.
 
 from __future__ import annotations
 
+import argparse
 import random
 import sys
 import tempfile
@@ -27,13 +28,13 @@ import trio
 import spec_actor
 from spec_actor.testing import tiny_models
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from test_hardening_stress import WORKERS, _one  # noqa: E402 - the stress test's request mix
-
 STUCK_S = 30.0
 
 
 async def main(n_threads: int) -> int:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+    from test_hardening_stress import WORKERS, _one  # the stress test's request mix
+
     target, _ = tiny_models.write_draft_pair(tempfile.mkdtemp())
     model = spec_actor.load_model(target)
     done, stuck = 0, False
@@ -61,4 +62,6 @@ async def main(n_threads: int) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(trio.run(main, int(sys.argv[1]) if len(sys.argv) > 1 else 2))
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("n_threads", nargs="?", type=int, default=2, help="the actor's compute threads (default 2)")
+    sys.exit(trio.run(main, parser.parse_args().n_threads))

@@ -26,6 +26,12 @@
 #   where the full build does not fit: on a loaded 2-core machine the
 #   sanitized llama.cpp took 2-10 minutes per file (135 files).
 set -uo pipefail
+if [ "${1:-}" = "-h" ] || [ "${1:-}" = "--help" ]; then
+    # the comment above, as the usage: nothing is built or run
+    echo "usage: $(basename "$0") [--build-only] [--shim-only] [PYTEST ARGUMENTS ...]"
+    sed -n '2,/^set /{/^set /d;s/^# \{0,1\}//;p}' "$0"
+    exit 0
+fi
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 VENV=${SANITIZE_VENV:-$ROOT/build/sanitize-venv}

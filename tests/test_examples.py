@@ -20,7 +20,8 @@ def examples(tmp_path_factory: pytest.TempPathFactory):
 def run_example(examples, name: str, max_tokens: int = 8, *args: str) -> str:
     folder, cwd = examples
     env = dict(os.environ, SPEC_ACTOR_MAX_TOKENS=str(max_tokens))
-    done = run_script(folder / name, *args, cwd=cwd, env=env, timeout=600)  # a hang bound, generous for a loaded machine
+    # the timeout is a hang bound, generous for a loaded machine
+    done = run_script(folder / name, *args, cwd=cwd, env=env, timeout=600)
     assert_installed_package_used(done, name)
     assert done.returncode == 0, done.stderr[-3000:]
     return done.stdout
