@@ -9,6 +9,7 @@ has to follow, and a cycle through one is a cycle in the design.
 from __future__ import annotations
 
 import ast
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,6 +19,7 @@ import spec_actor
 
 PACKAGE_DIR = Path(spec_actor.__file__).resolve().parent
 PACKAGE = "spec_actor"
+ARCHITECTURE = Path(__file__).resolve().parent.parent / "docs" / "architecture.md"
 
 # Accesses that look private but are not, each with the reason.
 ALLOWED_ACCESSES = {
@@ -162,6 +164,70 @@ def _is_private(name: str) -> bool:
     return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
 
 
+@dataclass(frozen=True)
+class Layer:
+    """One row of docs/architecture.md's layer table: its name and the files its ``files`` column names."""
+
+    name: str
+    paths: tuple[str, ...]
+
+
+def layer_table(markdown: str) -> list[Layer]:
+    """The rows of the table under ``| layer | files | owns |``, top row first.
+
+    A file named without a folder (`` `_pool.py` ``) is in the folder of the
+    one before it in the same cell, as the table writes them.
+    """
+    lines = markdown.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.replace(" ", "").startswith("|layer|files|owns|"))
+    layers = []
+    for line in lines[start + 2:]:
+        if not line.startswith("|"):
+            break
+        name, files = (cell.strip() for cell in line.strip("|").split("|")[:2])
+        paths, folder = [], ""
+        for path in re.findall(r"`([^`]+)`", files):
+            path = path if "/" in path else folder + path
+            folder = path if path.endswith("/") else path.rpartition("/")[0] + "/"
+            paths.append(path)
+        layers.append(Layer(name, tuple(paths)))
+    return layers
+
+
+def modules_of(paths: tuple[str, ...], modules: set[str]) -> set[str]:
+    """The package modules that files and folders under ``spec_actor/`` name (others are not Python's)."""
+    found = set()
+    for path in paths:
+        if not path.startswith(PACKAGE + "/"):
+            continue
+        if path.endswith("/"):
+            prefix = path.rstrip("/").replace("/", ".")
+            found |= {m for m in modules if m == prefix or m.startswith(prefix + ".")}
+        else:
+            name = path.removesuffix(".py").removesuffix("/__init__").replace("/", ".")
+            assert name in modules, f"docs/architecture.md names {path}, which is not a module of the package"
+            found.add(name)
+    return found
+
+
+def upward_imports(layers: list[Layer], graph: dict[str, set[str]]) -> list[str]:
+    """Each import of a module in a row above the importer's, and each module in no row or in two."""
+    row: dict[str, int] = {}
+    problems = []
+    for i, layer in enumerate(layers):
+        for module in sorted(modules_of(layer.paths, set(graph))):
+            if module in row:
+                problems.append(f"{module} is in two rows: {layers[row[module]].name!r} and {layer.name!r}")
+            row[module] = i
+    problems += [f"{module} is in no row of the table" for module in sorted(set(graph) - set(row))]
+    for module, deps in sorted(graph.items()):
+        for dep in sorted(deps):
+            if module in row and dep in row and row[dep] < row[module]:
+                problems.append(f"{module} (row {layers[row[module]].name!r}) imports {dep}, "
+                                f"which is in a row above it: {layers[row[dep]].name!r}")
+    return problems
+
+
 # -- the checks -------------------------------------------------------------------------
 
 
@@ -176,6 +242,12 @@ def test_no_module_reaches_into_another_objects_private_names():
     known = set(modules)
     found = [hit for mod in modules.values() for hit in private_accesses(mod, known)]
     assert found == []
+
+
+def test_the_architecture_tables_rows_import_only_rows_under_them():
+    layers = layer_table(ARCHITECTURE.read_text(encoding="utf-8"))
+    assert [layer.name for layer in layers][-2:] == ["native", "llama.cpp"]  # it read the whole table
+    assert upward_imports(layers, import_graph()) == []
 
 
 def test_the_command_line_runs_on_the_actor_not_on_a_bare_session():
@@ -235,3 +307,27 @@ def test_private_accesses_flags_other_objects_and_private_imports():
     ))
     hits = [h.split(": ", 1)[1] for h in private_accesses(mod, known)]
     assert hits == ["from spec_actor._a import _helper", "other._y", "_a._w"]
+
+
+def test_layer_table_reads_folders_short_names_and_flags_upward_imports():
+    table = (
+        "| layer | files | owns |\n"
+        "|---|---|---|\n"
+        "| top | `spec_actor/_a.py`, `_b.py` | a and b |\n"
+        "| middle | `spec_actor/streams/` | streams |\n"
+        "| bottom | `spec_actor/_c.py`; `native/x.py` | c |\n"
+        "\n| not | `spec_actor/_d.py` | after the table |\n"
+    )
+    layers = layer_table("# Title\n\n" + table)
+    assert layers == [Layer("top", ("spec_actor/_a.py", "spec_actor/_b.py")),
+                      Layer("middle", ("spec_actor/streams/",)),
+                      Layer("bottom", ("spec_actor/_c.py", "native/x.py"))]
+    graph = {"spec_actor._a": {"spec_actor._b", "spec_actor.streams._s"}, "spec_actor._b": set(),
+             "spec_actor.streams": {"spec_actor.streams._s"}, "spec_actor.streams._s": {"spec_actor._c"},
+             "spec_actor._c": set()}
+    assert upward_imports(layers, graph) == []
+    graph["spec_actor._c"] = {"spec_actor.streams"}
+    graph["spec_actor._e"] = set()
+    assert upward_imports(layers, graph) == [
+        "spec_actor._e is in no row of the table",
+        "spec_actor._c (row 'bottom') imports spec_actor.streams, which is in a row above it: 'middle'"]
