@@ -1,4 +1,4 @@
-"""The docs hold together: the decision records' index is complete and agrees with the records, and links resolve."""
+"""The docs hold together: the indexes of the decision records and of the tests are complete, and links resolve."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 DECISIONS = REPO / "docs" / "decisions"
 INDEX = DECISIONS / "README.md"
-DOCS = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
+TESTS = REPO / "tests"
+DOCS = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md")), TESTS / "README.md"]
 _LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
 _FENCE = re.compile(r"^```.*?^```", re.M | re.S)
 _STATUS = re.compile(r"^\*\*Status:\*\* (?P<status>(?:partly )?superseded by (?:\[\d{4}\]\([^)]+\)(?:, )?)+)", re.M)
@@ -66,6 +67,14 @@ def test_a_superseded_record_says_so_at_its_top_and_links_to_its_successors():
         assert own["status"].startswith(status.split(" by ")[0]) and successors(own["status"]) == successors(status)
         for later in successors(status):  # numbers are not dates: parallel branches took 0007 after 0013
             assert later in found and later != number, f"{path.name} is superseded by {later}, no other record"
+
+
+def test_the_tests_index_lists_every_test_file_and_helper():
+    index = (TESTS / "README.md").read_text(encoding="utf-8")
+    listed = re.findall(r"^\| \[(test_\w+\.py)\]\(\1\) \|", index, re.M)
+    assert sorted(listed) == sorted(path.name for path in TESTS.glob("test_*.py"))
+    helpers = {path.name for path in TESTS.glob("*.py")} - set(listed)
+    assert helpers <= set(re.findall(r"`(\w+\.py)`", index.split("## Helpers")[1]))
 
 
 @pytest.mark.parametrize("doc", DOCS, ids=lambda p: str(p.relative_to(REPO)))
