@@ -245,7 +245,7 @@ def render_table(cells: list[Cell], meta: dict[str, Any], *, markdown: bool = Fa
 def render_report(report: dict[str, Any], *, markdown: bool = False) -> str:
     """The table of a ``--json`` report (as :func:`to_json` makes it), with its header lines.
 
-    ``bench/render_docs.py`` renders the README's table from the committed
+    ``bench/render_docs.py`` renders docs/benchmarks.md's table from the committed
     report with this same function.
     """
     s, m, mach = report["settings"], report["model"], report["machine"]

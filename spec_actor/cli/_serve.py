@@ -67,7 +67,7 @@ def add_parser(sub: Subcommands) -> None:
 
 
 def add_limit_options(p: argparse.ArgumentParser) -> None:
-    """The flags of `ServeLimits`: timeouts and parser bounds (README, "Serving safely")."""
+    """The flags of `ServeLimits`: timeouts and parser bounds (docs/serving.md, "Serving safely")."""
     p.add_argument("--send-timeout", type=positive_float, default=30.0, metavar="S",
                    help="end a request whose client has not read its response for S seconds, freeing its "
                         "actor (default: 30)")
