@@ -388,3 +388,45 @@ def test_a_deeper_hybrid_trunk_alternates_blocks_and_mtp_greedy_equals_plain_gre
     assert result.tokens == reference.tokens
     assert result.stats.drafts_accepted > 0
     assert result.stats.drafts_generated > result.stats.drafts_accepted, "no draft was rejected"
+
+
+# A delta-net with a wider state than the default (and the same head layout
+# as a released Qwen 3.5, 2 key heads per 4 value heads), small enough for a test.
+WIDE_SSM = tm.SsmDims(state=32, groups=2, v_heads=4)
+
+
+def test_a_hybrid_with_a_wider_recurrent_state_checkpoints_it_whole_and_every_mode_equals_plain(tmp_path):
+    """write_hybrid_mtp_model(ssm=...) sizes the recurrent state llama.cpp keeps per sequence.
+
+    The metadata carries the sizes; the checkpoint that the prefix cache keeps at the end of
+    a run holds each delta-net block's state (its v_heads x state x state matrix and the last
+    conv_kernel - 1 convolution inputs of q, k and v, in F32), computed here from the file's
+    own metadata; MTP (snapshots) and ngram-simple (checkpoints) roll it back exactly.
+    """
+    path = tm.write_hybrid_mtp_model(tmp_path / "wide-state.gguf", ssm=WIDE_SSM)
+    meta = tm.read_gguf(path).metadata
+    assert (meta["qwen35.ssm.state_size"], meta["qwen35.ssm.group_count"], meta["qwen35.ssm.time_step_rank"],
+            meta["qwen35.ssm.inner_size"]) == (32, 2, 4, 128)
+    d_state, d_inner, k = meta["qwen35.ssm.state_size"], meta["qwen35.ssm.inner_size"], meta["qwen35.ssm.conv_kernel"]
+    conv_channels = d_inner + 2 * meta["qwen35.ssm.group_count"] * d_state
+    state_floats = d_inner * d_state + (k - 1) * conv_channels
+    n_recurrent = sum(f"blk.{i}.ssm_a" in tm.read_gguf(path).tensors for i in range(meta["qwen35.block_count"]))
+    assert n_recurrent == 1 and WIDE_SSM.state_bytes == 4 * state_floats
+
+    model = spec_actor.load_model(path, load_mtp=True)
+    try:
+        with Session(model, n_ctx=N_CTX, spec="none", **CTX) as plain:
+            reference = plain.run(PROMPT, max_tokens=N, temp=0.0)
+            usage = plain.prefix_cache_usage()
+        assert usage.checkpoints >= 1
+        per_checkpoint = usage.checkpoint_bytes / usage.checkpoints
+        # the state itself, and at most a few hundred bytes of llama.cpp's framing around it
+        assert 4 * state_floats * n_recurrent <= per_checkpoint <= 4 * state_floats * n_recurrent + 512
+        for spec in (Spec("mtp", n_draft=3), ngram_spec("ngram-simple"), Spec("auto")):
+            with Session(model, n_ctx=N_CTX, spec=spec, **CTX) as session:
+                result = session.run(PROMPT, max_tokens=N, temp=0.0)
+            assert result.tokens == reference.tokens, spec
+            if spec.type != "auto":
+                assert result.stats.drafts_generated > result.stats.drafts_accepted > 0, spec
+    finally:
+        model.close()

@@ -28,7 +28,10 @@ What is written, and how llama.cpp loads it:
     block, plus 1 NextN/MTP block. A rejected draft cannot be undone by
     trimming a KV cache here: the recurrent state is rolled back from
     snapshots (MTP: ``n_rs_seq``) or restored from a checkpoint and re-verified
-    (the other types). See ``_hybrid.py``.
+    (the other types). ``ssm=QWEN35_SSM`` gives its recurrent blocks a
+    released Qwen 3.5 model's state (about 2 MiB per block and sequence), so
+    that what snapshots and checkpoints cost can be measured at that size.
+    See ``_hybrid.py``.
 
 ``write_draft_pair(dir)``
     A ``llama`` target (4 blocks, n_embd 64) and a smaller ``llama`` draft
@@ -74,7 +77,7 @@ import numpy as np
 from ._gguf import (GGUFFile, GGUFTensorInfo, GGUFValueType, array, boolean, f32, read_gguf, string, u32,
                     write_gguf)
 from ._dflash import DFLASH_TARGET_LAYERS, write_dflash_drafter
-from ._hybrid import HYBRID_ARCH, HYBRID_DIMS, write_hybrid_mtp_model
+from ._hybrid import HYBRID_ARCH, HYBRID_DIMS, QWEN35_SSM, TINY_SSM, SsmDims, write_hybrid_mtp_model
 from ._vocab import BOS_ID, EOS_ID, PAD_ID, Vocab, build_vocab, tokenizer_kv, vocab_tokens
 from ._weights import MTP_BLOCK_GAIN, SEED, Dims, Rng, attention, base_embeddings, common_kv, ffn, nextn_input, ones
 
@@ -94,6 +97,9 @@ __all__ = [
     "vocab_tokens",
     "write_mtp_model",
     "write_hybrid_mtp_model",
+    "SsmDims",
+    "TINY_SSM",
+    "QWEN35_SSM",
     "write_chat_model",
     "write_draft_pair",
     "write_incompatible_draft",
