@@ -1,4 +1,4 @@
-"""Edits spec_actor makes to the llama.cpp source it builds (docs/decisions/0085, 0086, 0088, 0089, 0090, 0092).
+"""Edits spec_actor makes to the llama.cpp source it builds (docs/decisions/0085, 0086, 0088, 0089, 0090, 0092, 0093).
 
 Each edit replaces one exact, unique passage of one file; `apply` refuses a
 tree where a passage is missing or not unique, so a new llama.cpp version
@@ -318,6 +318,28 @@ _NGRAM_MOD_RESET = (
     "}\n"
 )
 
+# A recurrent target that may roll back from snapshots (n_rs_seq > 0, what MTP,
+# EAGLE-3 and DFlash drafting ask for) wrote n_rs_seq + 1 state snapshots in
+# every decode: the delta-net took ggml_gated_delta_net's snapshot path (the
+# state built in scratch, then copied out) and the convolution state was copied
+# n_rs_seq + 1 times. A one-token decode (a plain step, which verifies no
+# draft) can never be rolled back, and the delta-net already left the snapshots
+# past a decode's own tokens unwritten; now a one-token decode writes only the
+# state it makes, through the same graph as a context without snapshots, and
+# the convolution keeps one snapshot per token of the decode at most. At a
+# released Qwen 3.5's state size (2 MiB per block) the snapshots cost a third
+# of a plain step.
+_DELTA_NET_CONV_SNAPSHOTS = (
+    "        // spec_actor (0093): a decode keeps at most one snapshot per token it holds\n"
+    "        const int64_t K = std::min<int64_t>((int64_t) cparams.n_rs_seq + 1, conv_input->ne[0] - conv_states->ne[0]);\n"
+    "\n"
+    "        for (int64_t t = 1; t <= K; ++t) {\n"
+)
+_DELTA_NET_STATE_SNAPSHOTS = (
+    "    // spec_actor (0093): a one-token decode is never rolled back: no snapshots\n"
+    "    const bool keep = cparams.n_rs_seq > 0 && n_seq_tokens > 1;\n"
+)
+
 EDITS = (
     Edit(
         path="ggml/src/ggml-cpu/ops.cpp",
@@ -397,6 +419,13 @@ EDITS = (
     Edit(path="common/ngram-mod.cpp",
          before="void common_ngram_mod::reset() {\n    std::fill(entries.begin(), entries.end(), EMPTY);\n    used = 0;\n}\n",
          after=_NGRAM_MOD_RESET),
+    Edit(path="src/models/delta-net-base.cpp",
+         before=("        const int64_t K = (int64_t) cparams.n_rs_seq + 1;\n"
+                 "\n"
+                 "        for (int64_t t = 1; t <= K; ++t) {\n"),
+         after=_DELTA_NET_CONV_SNAPSHOTS),
+    Edit(path="src/models/delta-net-base.cpp", before="    const bool keep = cparams.n_rs_seq > 0;\n",
+         after=_DELTA_NET_STATE_SNAPSHOTS),
 )
 
 
