@@ -1,4 +1,4 @@
-"""Edits spec_actor makes to the llama.cpp source it builds (docs/decisions/0085, 0086, 0088, 0089, 0090, 0092, 0093).
+"""Edits spec_actor makes to the llama.cpp source it builds (docs/decisions/0085, 0086, 0088, 0089, 0090, 0092, 0093, 0094).
 
 Each edit replaces one exact, unique passage of one file; `apply` refuses a
 tree where a passage is missing or not unique, so a new llama.cpp version
@@ -340,6 +340,33 @@ _DELTA_NET_STATE_SNAPSHOTS = (
     "    const bool keep = cparams.n_rs_seq > 0 && n_seq_tokens > 1;\n"
 )
 
+# A graph's metadata buffer (ggml objects and the graph's node arrays) is
+# sized for the context's largest batch: 32 nodes per tensor or 40 per token
+# for a hybrid, tens of MiB. It was a std::vector<uint8_t>, which zeroes all of
+# it when it grows: each new context zeroed it three times (the reserve graph
+# and the first graph with and without outputs), the last two inside its first
+# decodes, and an MTP context's first draft took 10 ms on the tiny hybrid.
+# ggml writes every object it places there and resets the graph's hash set
+# itself, so the buffer is now left uninitialized: only the pages a graph uses
+# are ever touched.
+_GRAPH_META_BUFFER = (
+    "    // memory buffers used to evaluate the model\n"
+    "    // spec_actor (0094): not zeroed; ggml initialises what it places there\n"
+    "    std::unique_ptr<uint8_t[]> buf_compute_meta;\n"
+    "    size_t buf_compute_meta_size = 0;\n"
+)
+_GRAPH_META_RESET = (
+    "    const size_t meta_size = ggml_tensor_overhead()*max_nodes + ggml_graph_overhead_custom(max_nodes, false);\n"
+    "    if (meta_size != buf_compute_meta_size) {  // spec_actor (0094)\n"
+    "        buf_compute_meta.reset(new uint8_t[meta_size]);\n"
+    "        buf_compute_meta_size = meta_size;\n"
+    "    }\n"
+    "\n"
+    "    ggml_init_params params = {\n"
+    "        /*.mem_size   =*/ buf_compute_meta_size,\n"
+    "        /*.mem_buffer =*/ buf_compute_meta.get(),\n"
+)
+
 EDITS = (
     Edit(
         path="ggml/src/ggml-cpu/ops.cpp",
@@ -426,6 +453,16 @@ EDITS = (
          after=_DELTA_NET_CONV_SNAPSHOTS),
     Edit(path="src/models/delta-net-base.cpp", before="    const bool keep = cparams.n_rs_seq > 0;\n",
          after=_DELTA_NET_STATE_SNAPSHOTS),
+    Edit(path="src/llama-graph.h",
+         before="    // memory buffers used to evaluate the model\n    std::vector<uint8_t> buf_compute_meta;\n",
+         after=_GRAPH_META_BUFFER),
+    Edit(path="src/llama-graph.cpp",
+         before=("    buf_compute_meta.resize(ggml_tensor_overhead()*max_nodes + ggml_graph_overhead_custom(max_nodes, false));\n"
+                 "\n"
+                 "    ggml_init_params params = {\n"
+                 "        /*.mem_size   =*/ buf_compute_meta.size(),\n"
+                 "        /*.mem_buffer =*/ buf_compute_meta.data(),\n"),
+         after=_GRAPH_META_RESET),
 )
 
 

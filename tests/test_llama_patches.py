@@ -1,4 +1,4 @@
-"""The edits spec_actor makes to llama.cpp's source (native/llama_patches.py, decisions 0085, 0086, 0088-0090, 0092).
+"""The edits spec_actor makes to llama.cpp's source (native/llama_patches.py, decisions 0085, 0086, 0088-0090, 0092-0094).
 
 The build must make every edit in the tree it compiles, and refuse a tree
 where a passage to replace is missing or ambiguous rather than build an
@@ -169,3 +169,24 @@ def test_an_ngram_mod_drafter_forgets_in_place_what_it_learned(tmp_path):
     fields = {name: dict(zip(rest.split()[::2], map(int, rest.split()[1::2]))) for name, rest in lines.items()}
     assert fields["ngram-mod"] == {"learned": 8, "forgot": 1, "draft": 0, "new_draft": 0, "equal": 1}, out
     assert fields["ngram-simple"]["forgot"] == 0, out
+
+
+def test_a_one_token_decode_keeps_no_snapshots_and_touches_few_metadata_pages(tmp_path):
+    # decision 0093: a context with rollback snapshots (n_rs_seq = 3) decodes
+    # one token through the graph of a context without them (same nodes, no
+    # snapshot copies, bit-identical logits), while a prompt's multi-token
+    # decode still copies its snapshots; decision 0094: the first context of
+    # the process makes and runs its graphs without faulting in even one of
+    # its metadata buffers' pages (zeroing them touched three buffers)
+    from spec_actor.testing import tiny_models
+
+    model = tiny_models.write_hybrid_mtp_model(tmp_path / "hybrid.gguf")
+    exe = _compile_check(tmp_path, "recurrent_graph_check", ["llama", "ggml", "ggml-base"])
+    out = subprocess.run([str(exe), str(model)], capture_output=True, text=True, check=True, timeout=120).stdout
+    fields = {line.split(" ", 1)[0]: line.split()[1:] for line in out.splitlines()}
+    faults, buffer_pages = int(fields["faults"][0]), int(fields["faults"][2])
+    assert buffer_pages > 500 and faults < buffer_pages, out
+    cpy_plain, cpy_snapshots = map(int, fields["prompt"][1:3])
+    assert cpy_snapshots > cpy_plain, out
+    nodes = fields["token"]
+    assert nodes[1] == nodes[2] and nodes[4] == nodes[5] and nodes[7] == "1", out
