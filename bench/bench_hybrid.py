@@ -1,0 +1,228 @@
+"""Benchmark auto on hybrid (recurrent + attention) targets: plain, fixed MTP, and auto with and without MTP loaded.
+
+    python bench/bench_hybrid.py [--reps N] [--tokens N] [--threads N] [--configs NAME ...] [--check] [--json PATH]
+
+The targets are tiny ``qwen35`` models that ``spec_actor.testing`` writes
+to a temporary folder (F32, one NextN/MTP block), the architecture of the
+Qwen 3.5 / 3.6 MTP models:
+
+- ``2 blocks``, ``16 blocks``, ``64 blocks``: the tests' hybrid with deeper
+  trunks (the blocks past the first two are quiet: they cost their compute
+  but leave the greedy path about as it is);
+- ``Qwen3.5 state``: 4 blocks whose delta-nets carry a released Qwen 3.5
+  model's recurrent state (2 MiB per block), so that rollback snapshots and
+  checkpoints cost what they cost at the size users have;
+- ``wide FFN``: 16 blocks with a 16,384-wide feed-forward, whose weights
+  take a larger share of a step, as in a real model (on a 2-core CPU a
+  step verifying 4 tokens still costs about twice a plain one here, so
+  fixed MTP does not pay on it either; no configuration of these tiny
+  models was found where it does).
+
+Modes: ``plain`` (no draft), ``mtp 3`` (fixed MTP, 3 tokens), ``auto`` (the
+model loaded without its MTP block) and ``auto+mtp`` (loaded with it). Each
+run is a fresh session of ``--tokens`` greedy tokens from a prompt of token
+ids whose continuation barely repeats; after one warm-up per mode the
+repeats go round-robin over the modes. Speed is decode tokens/s (the prompt
+prefill left out); the table shows medians, and per-step figures of the last
+run (``rest``: the step's time outside drafting, the decode and sampling:
+rollback, trims, events). The breakdown table times every step of one more
+run per mode and gives the medians over the steps that verified no draft,
+and over those that verified one (a rollback's restore is charged to the
+verify of the step after it).
+
+Targets: on every model, auto and auto+mtp >= 0.98x plain and >= 0.95x the
+better of plain and fixed MTP; greedy output of every mode equal to plain's
+on the tests' hybrids (2 and 16 blocks).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from _common import Rates, Report, Table, Target, add_report_options, targets_table
+
+from spec_actor import Model, RunResult, Session, Spec, Stats, load_model
+from spec_actor.testing import tiny_models as tm
+
+N_CTX = 1024
+# Token ids whose greedy continuation on the 64-block hybrid barely repeats
+# (14 repeated 3-grams in 160 tokens, the fewest of 150 random prompts).
+PROMPT = [90, 66, 275, 318, 301, 269, 66, 334, 111, 107, 99, 261, 308, 37, 84, 300, 277, 313, 41, 43, 325, 320, 98,
+          102, 88, 80, 108, 73, 303, 87, 105, 115]
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """One hybrid target: its trunk and delta-net sizes, and whether its greedy text must equal plain's."""
+
+    dims: tm.Dims
+    ssm: tm.SsmDims = tm.TINY_SSM
+    exact: bool = False
+
+
+CONFIGS = {
+    "2 blocks": Config(tm.HYBRID_DIMS, exact=True),
+    "16 blocks": Config(dataclasses.replace(tm.HYBRID_DIMS, n_layer=16), exact=True),
+    "64 blocks": Config(dataclasses.replace(tm.HYBRID_DIMS, n_layer=64)),
+    "Qwen3.5 state": Config(dataclasses.replace(tm.HYBRID_DIMS, n_layer=4), ssm=tm.QWEN35_SSM),
+    "wide FFN": Config(dataclasses.replace(tm.HYBRID_DIMS, n_layer=16, n_ff=16384)),
+}
+MODES = {"plain": Spec("none"), "mtp 3": Spec("mtp", n_draft=3), "auto": Spec("auto"), "auto+mtp": Spec("auto")}
+LOADS_MTP = {"plain": False, "mtp 3": True, "auto": False, "auto+mtp": True}
+PARTS = ("draft", "verify", "sample", "rest")
+
+
+def run(model: Model, spec: Spec, tokens: int, threads: int | None, on_events: Any = None) -> RunResult:
+    """One fresh session's greedy run."""
+    with Session(model, spec=spec, n_ctx=N_CTX, n_threads=threads) as session:
+        result = session.run(PROMPT, max_tokens=tokens, temp=0.0, emit_stats_every=1 if on_events else 0,
+                             on_events=on_events)
+    if result.status not in ("done", "eog"):
+        raise SystemExit(f"run ended with {result.status}: {result.terminal}")
+    return result
+
+
+def step_parts(before: Any, after: Any) -> dict[str, float]:
+    """One step's time by part (µs), from the stats snapshots around it."""
+    t0, t1 = before.timing_us, after.timing_us
+    parts = {p: float(getattr(t1, p) - getattr(t0, p)) for p in PARTS if p != "rest"}
+    parts["rest"] = float(t1.total - t0.total) - sum(parts.values())
+    return parts
+
+
+def medians(steps: list[dict[str, float]]) -> dict[str, float]:
+    """Median of each part over steps (0 when there are none), and their count."""
+    out = {p: statistics.median(s[p] for s in steps) if steps else 0.0 for p in PARTS}
+    out["steps"] = float(len(steps))
+    return out
+
+
+def step_breakdown(model: Model, spec: Spec, tokens: int, threads: int | None) -> dict[str, dict[str, float]]:
+    """Median µs by part of one run's steps: those that verified no draft, and those that verified one."""
+    snaps: list[Any] = []
+
+    def collect(events: list[Any]) -> bool:
+        snaps.extend(e.snapshot for e in events if isinstance(e, Stats))
+        return True
+
+    run(model, spec, tokens, threads, collect)
+    # a stats event follows every step that made a token; a step that only rolled back made none
+    pairs = [(a, b) for a, b in zip(snaps, snaps[1:]) if b.iters - a.iters == 1]
+    return {"undrafted": medians([step_parts(a, b) for a, b in pairs if b.drafts_generated == a.drafts_generated]),
+            "drafted": medians([step_parts(a, b) for a, b in pairs if b.drafts_generated > a.drafts_generated])}
+
+
+def measure(name: str, config: Config, folder: Path, reps: int, tokens: int, threads: int | None) -> dict[str, Any]:
+    """Every mode on one model: median tokens/s, the last run's per-step figures, the undrafted breakdown."""
+    path = tm.write_hybrid_mtp_model(folder / f"{name.replace(' ', '-')}.gguf", dims=config.dims, ssm=config.ssm)
+    models = {False: load_model(path), True: load_model(path, load_mtp=True)}
+    try:
+        cells = {mode: Rates() for mode in MODES}
+        for mode, spec in MODES.items():
+            run(models[LOADS_MTP[mode]], spec, tokens, threads)  # warm-up
+        names = list(MODES)
+        for rep in range(reps):
+            for k in range(len(names)):
+                mode = names[(rep + k) % len(names)]
+                result = run(models[LOADS_MTP[mode]], MODES[mode], tokens, threads)
+                cells[mode].rates.append(result.stats.tokens_per_sec)
+                cells[mode].last = result
+        breakdown = {mode: step_breakdown(models[LOADS_MTP[mode]], MODES[mode], tokens, threads) for mode in MODES}
+    finally:
+        for model in models.values():
+            model.close()
+    plain = cells["plain"].last
+    rows = {}
+    for mode, cell in cells.items():
+        last = cell.last
+        assert last is not None and plain is not None
+        s, t = last.stats, last.stats.timing_us
+        per = max(s.iters, 1)
+        rows[mode] = {
+            "tokens_per_sec": cell.median, "rates": cell.rates, "steps": s.iters, "drafted": s.drafts_generated,
+            "accepted": s.drafts_accepted, "draft_us": t.draft / per, "verify_us": t.verify / per,
+            "rest_us": (t.total - t.prefill - t.draft - t.verify - t.sample) / per,
+            "same_text": last.tokens == plain.tokens, "drafters": s.drafter_summary(),
+        }
+    return {"model": name, "exact": config.exact, "state_bytes_per_block": config.ssm.state_bytes,
+            "modes": rows, "steps": breakdown}
+
+
+def report_table(report: dict[str, Any]) -> Table:
+    """Tokens/s and per-step figures by model and mode."""
+    table = Table(("model", "mode", "tokens/s", "vs plain", "steps", "drafted", "accepted", "draft µs/step",
+                   "verify µs/step", "rest µs/step", "same text"), "llrrrrrrrrl")
+    for res in report["results"]:
+        base = res["modes"]["plain"]["tokens_per_sec"]
+        for mode, r in res["modes"].items():
+            table.add(res["model"], mode, f"{r['tokens_per_sec']:.0f}", f"{r['tokens_per_sec'] / base:.2f}x",
+                      r["steps"], r["drafted"], r["accepted"], f"{r['draft_us']:.0f}", f"{r['verify_us']:.0f}",
+                      f"{r['rest_us']:.0f}", "yes" if r["same_text"] else "NO")
+    return table
+
+
+def breakdown_table(results: list[dict[str, Any]]) -> Table:
+    """Median µs by part of the steps that verified no draft, and of those that verified one."""
+    table = Table(("model", "mode", "step", "steps", *(f"{p} µs" for p in PARTS), "total µs"), "lllrrrrrr")
+    for res in results:
+        for mode, kinds in res["steps"].items():
+            for kind, b in kinds.items():
+                if b["steps"]:
+                    table.add(res["model"], mode, kind, f"{b['steps']:.0f}", *(f"{b[p]:.0f}" for p in PARTS),
+                              f"{sum(b[p] for p in PARTS):.0f}")
+    return table
+
+
+def add_targets(report: Report, res: dict[str, Any]) -> None:
+    """The issue's targets on one model."""
+    modes = res["modes"]
+    plain, mtp = modes["plain"]["tokens_per_sec"], modes["mtp 3"]["tokens_per_sec"]
+    for auto in ("auto", "auto+mtp"):
+        rate = modes[auto]["tokens_per_sec"]
+        report.add_target(Target(f"{res['model']}: {auto} / plain", rate / plain, ">=", 0.98, "x"))
+        report.add_target(Target(f"{res['model']}: {auto} / best of plain and mtp 3", rate / max(plain, mtp),
+                                 ">=", 0.95, "x"))
+    if res["exact"]:
+        same = all(r["same_text"] for r in modes.values())
+        report.add_target(Target(f"{res['model']}: every mode's greedy text is plain's", float(same), ">=", 1.0))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--reps", type=int, default=5, help="measured runs per mode and model (>= 3)")
+    parser.add_argument("--tokens", type=int, default=160, help="tokens per run")
+    parser.add_argument("--threads", type=int, default=None, help="CPU threads (default: all cores)")
+    parser.add_argument("--configs", nargs="+", choices=list(CONFIGS), default=list(CONFIGS), metavar="NAME",
+                        help=f"models to measure (default: all of {', '.join(CONFIGS)})")
+    add_report_options(parser)
+    args = parser.parse_args()
+    if args.reps < 3:
+        parser.error("--reps must be at least 3 (the tables show medians)")
+    report = Report("bench_hybrid", {"reps": args.reps, "tokens": args.tokens, "threads": args.threads,
+                                     "configs": args.configs})
+    results = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in args.configs:
+            print(f"measuring {name} ...", file=sys.stderr)
+            res = measure(name, CONFIGS[name], Path(tmp), args.reps, args.tokens, args.threads)
+            add_targets(report, res)
+            results.append(res)
+    print(f"\ntiny F32 qwen35 hybrids, {args.tokens} greedy tokens, median of {args.reps} runs after a warm-up, "
+          f"{os.cpu_count()} CPUs\n")
+    print(report_table({"results": results}).plain())
+    print("\nsteps that verified no draft or a draft, median µs by part (one more run per mode):\n")
+    print(breakdown_table(results).plain())
+    print()
+    print(targets_table(report.targets).plain())
+    return report.finish(args, results)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
