@@ -1,7 +1,7 @@
 """The server's request parser and the grammar bounds under random and mutated input (issue 23).
 
 The request path up to the actor (JSON within `BodyLimits`, the fields, the
-grammar pre-check, the chat template, tokenizing) is `_prepare`, the function
+grammar pre-check, the chat template, tokenizing) is `prepare_body`, the function
 the server runs in a worker thread: any body must come out as a prepared
 request or as an `ApiError` in OpenAI's 400 shape, never another exception,
 and within a bounded CPU time. Grammars built with a known nesting depth,
@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from spec_actor import GrammarError, GrammarLimits
 from spec_actor.nif.grammar import check_grammar
 from spec_actor.serve import ApiError, BodyLimits, ServeLimits
-from spec_actor.serve._prepare import Prepared, _prepare
+from spec_actor.serve._prepare import Prepared, prepare_body
 
 LIMITS = ServeLimits(body=BodyLimits(max_depth=16, max_number_chars=24),
                      grammar=GrammarLimits(max_depth=8, max_rules=6, max_alternatives=10, max_repetition=50))
@@ -45,10 +45,10 @@ json_values = st.recursive(
 
 
 def check_prepared(kind: str, data: bytes, gemma) -> None:
-    """``_prepare`` answers ``data`` with a Prepared or a 400 ApiError in OpenAI's shape, in bounded CPU."""
+    """``prepare_body`` answers ``data`` with a Prepared or a 400 ApiError in OpenAI's shape, in bounded CPU."""
     start = time.process_time()
     try:
-        prepared = _prepare(kind, data, gemma, 512, LIMITS)
+        prepared = prepare_body(kind, data, gemma, 512, LIMITS)
     except ApiError as error:
         assert error.status == 400, error
         body = error.body()["error"]

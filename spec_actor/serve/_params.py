@@ -11,7 +11,6 @@ accepted as extensions, by llama.cpp's ``llama-server`` names; ``response_format
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -20,6 +19,7 @@ from .._errors import ConfigError, GrammarError
 from .._limits import GrammarLimits
 from .._sampling import Sampling
 from ._errors import ApiError, bad_request
+from ._fields import get_field, json_object, json_type, short
 from ._logprobs import chat_logprobs_option, completion_logprobs_option
 from ._structured import response_format_grammar
 from ._tools import message_fields, tool_options
@@ -67,13 +67,13 @@ def parse_completion(body: object, n_vocab: int, grammar_limits: GrammarLimits =
     Raises:
         ApiError: a 400 naming the field to change.
     """
-    body = _object(body)
+    body = json_object(body)
     _refuse_unsupported(body)
-    if _get(body, "echo", bool, default=False):
+    if get_field(body, "echo", bool, default=False):
         raise _unsupported("echo", "echo=true")
-    if _get(body, "suffix", str, default=""):
+    if get_field(body, "suffix", str, default=""):
         raise _unsupported("suffix", "suffix")
-    best_of = _get(body, "best_of", int, default=1)
+    best_of = get_field(body, "best_of", int, default=1)
     if best_of != 1:
         raise _unsupported("best_of", f"best_of={best_of}")
     prompt = _prompt(body.get("prompt"), n_vocab)
@@ -88,7 +88,7 @@ def parse_chat(body: object, grammar_limits: GrammarLimits = GrammarLimits()) ->
     Raises:
         ApiError: a 400 naming the field to change.
     """
-    body = _object(body)
+    body = json_object(body)
     _refuse_unsupported(body)
     messages = _messages(body.get("messages"))
     max_tokens = _max_tokens(body, ("max_completion_tokens", "max_tokens"), None)
@@ -98,20 +98,14 @@ def parse_chat(body: object, grammar_limits: GrammarLimits = GrammarLimits()) ->
 
 # -- fields -------------------------------------------------------------------------------
 
-def _object(body: object) -> dict[str, Any]:
-    if not isinstance(body, dict):
-        raise bad_request(f"the request body must be a JSON object, not {_json_type(body)}")
-    return body
-
-
 def _refuse_unsupported(body: dict[str, Any]) -> None:
-    n = _get(body, "n", int, default=1)
+    n = get_field(body, "n", int, default=1)
     if n != 1:
         raise _unsupported("n", f"n={n} (one choice per request; send several requests)")
-    if _get(body, "logit_bias", dict, default=None):
+    if get_field(body, "logit_bias", dict, default=None):
         raise _unsupported("logit_bias", "logit_bias")
-    _get(body, "model", str, default=None)
-    _get(body, "user", str, default=None)
+    get_field(body, "model", str, default=None)
+    get_field(body, "user", str, default=None)
 
 
 def _unsupported(param: str, what: str) -> ApiError:
@@ -119,46 +113,16 @@ def _unsupported(param: str, what: str) -> ApiError:
                        code="unsupported")
 
 
-def _get(body: dict[str, Any], name: str, kind: type, *, default: Any) -> Any:
-    """body[name] checked against `kind` (int excludes bool, float accepts int); null -> default."""
-    value = body.get(name)
-    if value is None:
-        return default
-    ok = (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-          if kind is float else isinstance(value, kind) and not (kind is int and isinstance(value, bool)))
-    if not ok:
-        raise bad_request(f"{name} must be {_TYPE_NAMES[kind]}, not {_json_type(value)} {_short(value)}",
-                          param=name, code="invalid_type")
-    return float(value) if kind is float else value
-
-
-_TYPE_NAMES = {bool: "a boolean", int: "an integer", float: "a number", str: "a string", list: "an array",
-               dict: "an object"}
-
-
-def _json_type(value: object) -> str:
-    for kind, name in ((bool, "boolean"), (int, "integer"), (float, "number"), (str, "string"),
-                       (list, "array"), (dict, "object")):
-        if isinstance(value, kind):
-            return name
-    return "null" if value is None else type(value).__name__
-
-
-def _short(value: object) -> str:
-    text = repr(value)
-    return text if len(text) <= 40 else text[:37] + "..."
-
-
 def _stream(body: dict[str, Any]) -> tuple[bool, bool]:
-    stream = _get(body, "stream", bool, default=False)
-    stream_options = _get(body, "stream_options", dict, default={})
-    include_usage = _get(stream_options, "include_usage", bool, default=False)
+    stream = get_field(body, "stream", bool, default=False)
+    stream_options = get_field(body, "stream_options", dict, default={})
+    include_usage = get_field(stream_options, "include_usage", bool, default=False)
     return stream, bool(stream and include_usage)
 
 
 def _max_tokens(body: dict[str, Any], names: tuple[str, ...], default: int | None) -> int | None:
     for name in names:
-        value = _get(body, name, int, default=None)
+        value = get_field(body, name, int, default=None)
         if value is not None:
             if value < 1:
                 raise bad_request(f"{name}={value} is invalid: ask for at least 1 token", param=name)
@@ -170,16 +134,16 @@ def _options(body: dict[str, Any], grammar_limits: GrammarLimits) -> dict[str, A
     """``sampling`` and ``stop`` for ``stream_events``; ranges are checked by `Sampling`."""
     options: dict[str, Any] = {}
     for name, option in _FLOAT_FIELDS.items():
-        value = _get(body, name, float, default=None)
+        value = get_field(body, name, float, default=None)
         if value is not None:
             options[option] = value
     if options.get("temp", 0.0) > 2.0:
         raise bad_request(f"temperature={options['temp']:g} is invalid: use 0 to 2", param="temperature")
     for name, option in _INT_FIELDS.items():
-        value = _get(body, name, int, default=None)
+        value = get_field(body, name, int, default=None)
         if value is not None:
             options[option] = value
-    grammar = response_format_grammar(body) or _get(body, "grammar", str, default=None)
+    grammar = response_format_grammar(body) or get_field(body, "grammar", str, default=None)
     if grammar is not None:
         options["grammar"] = grammar
     options = {"sampling": _sampling(options, grammar_limits)}
@@ -187,7 +151,7 @@ def _options(body: dict[str, Any], grammar_limits: GrammarLimits) -> dict[str, A
     if stop is not None:
         items = [stop] if isinstance(stop, str) else stop
         if not isinstance(items, list) or not all(isinstance(s, str) for s in items):
-            raise bad_request(f"stop must be a string or an array of strings, not {_json_type(stop)}",
+            raise bad_request(f"stop must be a string or an array of strings, not {json_type(stop)}",
                               param="stop", code="invalid_type")
         if len(items) > MAX_STOP:
             raise bad_request(f"stop has {len(items)} strings; send at most {MAX_STOP}", param="stop")
@@ -220,12 +184,12 @@ def _prompt(prompt: object, n_vocab: int) -> str | list[int]:
     if isinstance(prompt, list) and prompt and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
         bad = [t for t in prompt if not 0 <= t < n_vocab]
         if bad:
-            raise bad_request(f"prompt has token ids outside the vocabulary (0 to {n_vocab - 1}): {_short(bad)}",
+            raise bad_request(f"prompt has token ids outside the vocabulary (0 to {n_vocab - 1}): {short(bad)}",
                               param="prompt")
         return list(prompt)
     if isinstance(prompt, list) and len(prompt) > 1:
         raise bad_request("prompt holds several prompts; send one per request", param="prompt", code="unsupported")
-    raise bad_request(f"prompt must be a string or an array of token ids, not {_json_type(prompt)} {_short(prompt)}",
+    raise bad_request(f"prompt must be a string or an array of token ids, not {json_type(prompt)} {short(prompt)}",
                       param="prompt", code="invalid_type" if prompt is not None else "missing")
 
 
@@ -237,12 +201,12 @@ def _messages(messages: object) -> list[dict[str, str]]:
     for i, message in enumerate(messages):
         where = f"messages[{i}]"
         if not isinstance(message, dict):
-            raise bad_request(f"{where} must be an object, not {_json_type(message)}", param=where)
+            raise bad_request(f"{where} must be an object, not {json_type(message)}", param=where)
         role = message.get("role")
         if not isinstance(role, str) or not role:
             raise bad_request(f"{where}.role must be a non-empty string", param=f"{where}.role")
         if role not in ROLES:
-            raise bad_request(f"{where}.role {_short(role)} is not a role: use one of {', '.join(sorted(ROLES))}",
+            raise bad_request(f"{where}.role {short(role)} is not a role: use one of {', '.join(sorted(ROLES))}",
                               param=f"{where}.role", code="invalid_value")
         out.append({"role": role, "content": _content(message.get("content"), f"{where}.content")}
                    | message_fields(message, where))
@@ -262,5 +226,5 @@ def _content(content: object, where: str) -> str:
                                   param=where, code="unsupported")
             texts.append(part["text"])
         return "".join(texts)
-    raise bad_request(f"{where} must be a string or an array of text parts, not {_json_type(content)}",
+    raise bad_request(f"{where} must be a string or an array of text parts, not {json_type(content)}",
                       param=where, code="invalid_type")
