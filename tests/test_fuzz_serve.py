@@ -22,7 +22,8 @@ from hypothesis import strategies as st
 from spec_actor import GrammarError, GrammarLimits
 from spec_actor.nif.grammar import check_grammar
 from spec_actor.serve import ApiError, BodyLimits, ServeLimits
-from spec_actor.serve._prepare import Prepared, prepare_body
+from spec_actor.serve._prepare import Prepared, chat_template_text, count_chat_tokens, prepare_body
+from spec_actor.serve._tokens import detokenize, tokenize
 
 LIMITS = ServeLimits(body=BodyLimits(max_depth=16, max_number_chars=24),
                      grammar=GrammarLimits(max_depth=8, max_rules=6, max_alternatives=10, max_repetition=50))
@@ -40,7 +41,8 @@ json_values = st.recursive(
     st.none() | st.booleans() | st.integers(-10**30, 10**30) | st.floats(allow_nan=False) | st.text(max_size=20),
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(
         st.sampled_from(["prompt", "messages", "role", "content", "max_tokens", "grammar", "stop", "temperature",
-                         "n", "stream", "type", "text", "seed"]) | st.text(max_size=5), inner, max_size=5),
+                         "n", "stream", "type", "text", "seed", "tokens", "add_special", "with_pieces",
+                         "parse_special"]) | st.text(max_size=5), inner, max_size=5),
     max_leaves=30)
 
 
@@ -63,6 +65,29 @@ def check_prepared(kind: str, data: bytes, gemma) -> None:
 @given(kind=st.sampled_from(["completion", "chat"]), body=json_values)
 def test_random_json_bodies_are_prepared_or_refused(gemma, kind, body):
     check_prepared(kind, json.dumps(body).encode(), gemma)
+
+
+def answered_or_refused(work, *args) -> None:
+    """``work(*args)`` answers, or refuses with a 400 naming the field, in bounded CPU time."""
+    start = time.process_time()
+    try:
+        work(*args)
+    except ApiError as error:
+        assert error.status == 400 and error.body()["error"]["message"], error
+        assert error.param or "request body" in error.message, error  # a field is named, or the body is bad
+    assert time.process_time() - start < CPU_BOUND_S
+
+
+@FUZZ
+@given(body=json_values, ids=st.lists(st.integers(-5, 300_000), max_size=6))
+def test_llama_server_routes_answer_or_refuse_any_body(gemma, body, ids):
+    tok, n_vocab = gemma.tokenizer, gemma.info.n_vocab
+    for candidate in (body, {"content": body}, {"tokens": body}, {"tokens": ids}, {"content": ids}):
+        answered_or_refused(tokenize, candidate, tok, n_vocab)
+        answered_or_refused(detokenize, candidate, tok, n_vocab)
+    data = json.dumps(body).encode()
+    answered_or_refused(chat_template_text, data, gemma, LIMITS)
+    answered_or_refused(count_chat_tokens, data, gemma, LIMITS)
 
 
 MUTATIONS = st.sampled_from(["insert", "delete", "replace", "nest", "number", "surrogate"])

@@ -20,7 +20,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from . import _openai, _ops
+from . import _llama, _openai, _ops
 from ._auth import check_key
 from ._cors import cors_middleware
 from ._errors import ApiError
@@ -43,13 +43,26 @@ class RouteSpec:
 
 
 ROUTES: tuple[RouteSpec, ...] = (
+    # OpenAI's, and the same without /v1 as llama-server serves them
     RouteSpec("POST", "/v1/completions", _openai.completions),
     RouteSpec("POST", "/v1/chat/completions", _openai.chat),
+    RouteSpec("POST", "/chat/completions", _openai.chat),
     RouteSpec("GET", "/v1/models", _openai.models),
+    RouteSpec("GET", "/models", _openai.models),
+    # llama-server's own
+    RouteSpec("POST", "/tokenize", _llama.tokenize),
+    RouteSpec("POST", "/detokenize", _llama.detokenize),
+    RouteSpec("POST", "/apply-template", _llama.apply_template),
+    RouteSpec("POST", "/chat/completions/input_tokens", _llama.input_tokens),
+    RouteSpec("POST", "/v1/chat/completions/input_tokens", _llama.input_tokens),
+    RouteSpec("GET", "/props", _llama.props),
+    RouteSpec("GET", "/slots", _llama.slots),
+    # open without the key
     RouteSpec("GET", "/health", _ops.health, needs_key=False),
+    RouteSpec("GET", "/v1/health", _ops.health, needs_key=False),
     RouteSpec("GET", "/metrics", _ops.metrics, needs_key=False),
 )
-"""Every route the server has, in the order the 404 message lists them."""
+"""Every route the server has, in the order the 404 message lists them (docs/server-compatibility.md)."""
 
 
 class App:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from urllib.parse import parse_qs
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
@@ -67,6 +68,11 @@ class Exchange:
     def path(self) -> str:
         """The request path, without the query string."""
         return str(self.scope.get("path", "/"))
+
+    def query(self, name: str) -> str | None:
+        """The first value of a query-string parameter (``?name=value``), or None."""
+        values = parse_qs(self.scope.get("query_string", b"").decode("latin-1")).get(name)
+        return values[0] if values else None
 
     def header(self, name: bytes) -> str | None:
         """A request header's value (latin-1), or None."""
