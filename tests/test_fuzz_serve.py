@@ -35,6 +35,7 @@ VALID = [
     {"prompt": [1, 2, 3], "max_tokens": 2, "temperature": 0.5, "stop": ["x"], "seed": 7},
     {"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}], "stream": True},
     {"messages": [{"role": "user", "content": [{"type": "text", "text": "Hi"}]}], "grammar": 'root ::= "a"'},
+    {"prompt": [2, "Hi", 9], "n_predict": 3, "n_probs": 2, "json_schema": {"type": "object"}, "mirostat": 0},
 ]
 
 json_values = st.recursive(
@@ -42,7 +43,8 @@ json_values = st.recursive(
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(
         st.sampled_from(["prompt", "messages", "role", "content", "max_tokens", "grammar", "stop", "temperature",
                          "n", "stream", "type", "text", "seed", "tokens", "add_special", "with_pieces",
-                         "parse_special"]) | st.text(max_size=5), inner, max_size=5),
+                         "parse_special", "n_predict", "n_probs", "json_schema", "samplers", "prompt_string",
+                         "mirostat", "response_fields"]) | st.text(max_size=5), inner, max_size=5),
     max_leaves=30)
 
 
@@ -62,7 +64,7 @@ def check_prepared(kind: str, data: bytes, gemma) -> None:
 
 
 @FUZZ
-@given(kind=st.sampled_from(["completion", "chat"]), body=json_values)
+@given(kind=st.sampled_from(["completion", "chat", "native"]), body=json_values)
 def test_random_json_bodies_are_prepared_or_refused(gemma, kind, body):
     check_prepared(kind, json.dumps(body).encode(), gemma)
 
@@ -114,6 +116,7 @@ def test_mutated_bodies_are_prepared_or_refused(gemma, base, steps):
         else:
             data = data[:at] + b'"\\ud83d' + data[at:]
     check_prepared("chat" if b"messages" in data else "completion", data, gemma)
+    check_prepared("native", data, gemma)  # llama-server's /completion reads the same bodies its own way
 
 
 # -- grammar strings through the bounds -----------------------------------------------------------

@@ -10,7 +10,7 @@ import functools
 
 import trio
 from actor_fixtures import QUESTION, REPEATS
-from serve_helpers import CTX, http, serving, wait_for
+from serve_helpers import CTX, error_of, http, serving, wait_for
 
 import spec_actor
 
@@ -122,11 +122,6 @@ async def test_slots_report_a_running_request_and_fail_on_no_slot(gemma):
     assert busy[0]["is_processing"] is True
     assert refused.status_code == 503 and refused.json()["error"]["type"] == "unavailable_error"
     assert free.status_code == 200 and free.json()[0]["is_processing"] is False
-
-
-def error_of(response, status: int = 400) -> dict:
-    assert response.status_code == status, response.text
-    return response.json()["error"]
 
 
 async def test_bad_input_on_the_new_routes_is_a_4xx_naming_the_field(gemma):

@@ -4,9 +4,11 @@ Fields follow OpenAI's API as its clients send them. Fields this server does
 not know are ignored, as other OpenAI-compatible servers ignore them; known
 fields of the wrong type, out of range, or asking for a feature this server
 does not have (``n > 1``, ``logit_bias``) are a 400 that names the
-field. ``top_k``, ``min_p``, ``repeat_penalty`` and ``grammar`` (GBNF) are
-accepted as extensions, by llama.cpp's ``llama-server`` names; ``response_format``
-(JSON object or schema) becomes a grammar (see `_structured`).
+field. ``top_k``, ``min_p``, ``repeat_penalty``, ``repeat_last_n``,
+``grammar`` (GBNF) and ``json_schema`` are accepted as extensions, by
+llama.cpp's ``llama-server`` names; ``response_format`` (JSON object or
+schema) becomes a grammar (see `_structured`). llama-server's native
+``/completion`` body is checked by `_completion` with the same options.
 """
 
 from __future__ import annotations
@@ -21,12 +23,13 @@ from .._sampling import Sampling
 from ._errors import ApiError, bad_request
 from ._fields import get_field, json_object, json_type, short
 from ._logprobs import chat_logprobs_option, completion_logprobs_option
-from ._structured import response_format_grammar
+from ._structured import request_grammar
 from ._tools import message_fields, tool_options
 
-__all__ = ["Job", "parse_chat", "parse_completion"]
+__all__ = ["Job", "NativeFields", "parse_chat", "parse_completion", "request_options", "stream_fields", "unsupported"]
 
-Kind = Literal["completion", "chat"]
+Kind = Literal["completion", "chat", "native"]
+"""The endpoint: OpenAI's completions or chat completions, or llama-server's native ``/completion``."""
 
 # Default `max_tokens` of /v1/completions, as in OpenAI's API; chat generates
 # until the end of the turn or of the context.
@@ -38,7 +41,21 @@ MAX_STOP = 16
 # OpenAI's sampling fields -> spec_actor's `Sampling` names, then the extensions.
 _FLOAT_FIELDS = {"temperature": "temp", "top_p": "top_p", "presence_penalty": "presence_penalty",
                  "frequency_penalty": "frequency_penalty", "min_p": "min_p", "repeat_penalty": "repeat_penalty"}
-_INT_FIELDS = {"seed": "seed", "top_k": "top_k"}
+_INT_FIELDS = {"seed": "seed", "top_k": "top_k", "repeat_last_n": "penalty_last_n"}
+
+
+@dataclass(frozen=True, slots=True)
+class NativeFields:
+    """What shapes a native completion's answer beside its generation options."""
+
+    n_predict: int
+    """Tokens asked for; -1: no limit."""
+    n_probs: int
+    """Alternatives per token in ``completion_probabilities``; 0: none."""
+    return_tokens: bool
+    """Whether a whole answer lists the generated token ids (a stream always does)."""
+    response_fields: tuple[str, ...] | None
+    """The fields of the last answer to keep (``"a/b"`` takes ``b`` out of ``a``); None: all."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,19 +63,21 @@ class Job:
     """One checked completion request."""
 
     kind: Kind
-    """Which endpoint: plain text completion or chat."""
+    """Which endpoint: plain text completion, chat, or llama-server's native completion."""
     stream: bool
     """Answer with server-sent events."""
     include_usage: bool
     """Streaming only: send a last chunk with ``usage`` (``stream_options``)."""
     max_tokens: int | None
     """Most tokens to generate; None: until the end of the turn or of the context."""
-    prompt: str | list[int] | None = None
-    """The prompt of a completion: text or token ids."""
+    prompt: str | list[int] | list[int | str] | None = None
+    """The prompt of a completion: text or token ids (a native completion's: texts and ids mixed)."""
     messages: list[dict[str, Any]] = field(default_factory=list)
     """The conversation of a chat, each ``{"role", "content"}`` with text content (and tool fields)."""
     options: dict[str, Any] = field(default_factory=dict)
     """Request options of ``stream_events`` (``sampling``, ``stop``), max_tokens aside."""
+    native: NativeFields | None = None
+    """A native completion's fields that shape its answer; None for the OpenAI endpoints."""
 
 
 def parse_completion(body: object, n_vocab: int, grammar_limits: GrammarLimits = GrammarLimits()) -> Job:
@@ -68,18 +87,18 @@ def parse_completion(body: object, n_vocab: int, grammar_limits: GrammarLimits =
         ApiError: a 400 naming the field to change.
     """
     body = json_object(body)
-    _refuse_unsupported(body)
+    _refuseunsupported(body)
     if get_field(body, "echo", bool, default=False):
-        raise _unsupported("echo", "echo=true")
+        raise unsupported("echo", "echo=true")
     if get_field(body, "suffix", str, default=""):
-        raise _unsupported("suffix", "suffix")
+        raise unsupported("suffix", "suffix")
     best_of = get_field(body, "best_of", int, default=1)
     if best_of != 1:
-        raise _unsupported("best_of", f"best_of={best_of}")
+        raise unsupported("best_of", f"best_of={best_of}")
     prompt = _prompt(body.get("prompt"), n_vocab)
     max_tokens = _max_tokens(body, ("max_tokens",), COMPLETION_MAX_TOKENS)
-    options = _options(body, grammar_limits) | {"logprobs": completion_logprobs_option(body)}
-    return Job("completion", *_stream(body), max_tokens=max_tokens, prompt=prompt, options=options)
+    options = request_options(body, grammar_limits) | {"logprobs": completion_logprobs_option(body)}
+    return Job("completion", *stream_fields(body), max_tokens=max_tokens, prompt=prompt, options=options)
 
 
 def parse_chat(body: object, grammar_limits: GrammarLimits = GrammarLimits()) -> Job:
@@ -89,31 +108,33 @@ def parse_chat(body: object, grammar_limits: GrammarLimits = GrammarLimits()) ->
         ApiError: a 400 naming the field to change.
     """
     body = json_object(body)
-    _refuse_unsupported(body)
+    _refuseunsupported(body)
     messages = _messages(body.get("messages"))
     max_tokens = _max_tokens(body, ("max_completion_tokens", "max_tokens"), None)
-    options = _options(body, grammar_limits) | {"logprobs": chat_logprobs_option(body)} | tool_options(body)
-    return Job("chat", *_stream(body), max_tokens=max_tokens, messages=messages, options=options)
+    options = request_options(body, grammar_limits) | {"logprobs": chat_logprobs_option(body)} | tool_options(body)
+    return Job("chat", *stream_fields(body), max_tokens=max_tokens, messages=messages, options=options)
 
 
 # -- fields -------------------------------------------------------------------------------
 
-def _refuse_unsupported(body: dict[str, Any]) -> None:
+def _refuseunsupported(body: dict[str, Any]) -> None:
     n = get_field(body, "n", int, default=1)
     if n != 1:
-        raise _unsupported("n", f"n={n} (one choice per request; send several requests)")
+        raise unsupported("n", f"n={n} (one choice per request; send several requests)")
     if get_field(body, "logit_bias", dict, default=None):
-        raise _unsupported("logit_bias", "logit_bias")
+        raise unsupported("logit_bias", "logit_bias")
     get_field(body, "model", str, default=None)
     get_field(body, "user", str, default=None)
 
 
-def _unsupported(param: str, what: str) -> ApiError:
+def unsupported(param: str, what: str) -> ApiError:
+    """The 400 of a field asking for what this server does not do (code ``unsupported``)."""
     return bad_request(f"{what} is not supported by this server; leave {param} out", param=param,
                        code="unsupported")
 
 
-def _stream(body: dict[str, Any]) -> tuple[bool, bool]:
+def stream_fields(body: dict[str, Any]) -> tuple[bool, bool]:
+    """(``stream``, whether a streamed answer ends with a ``usage`` chunk), checked."""
     stream = get_field(body, "stream", bool, default=False)
     stream_options = get_field(body, "stream_options", dict, default={})
     include_usage = get_field(stream_options, "include_usage", bool, default=False)
@@ -130,8 +151,12 @@ def _max_tokens(body: dict[str, Any], names: tuple[str, ...], default: int | Non
     return default
 
 
-def _options(body: dict[str, Any], grammar_limits: GrammarLimits) -> dict[str, Any]:
-    """``sampling`` and ``stop`` for ``stream_events``; ranges are checked by `Sampling`."""
+def request_options(body: dict[str, Any], grammar_limits: GrammarLimits) -> dict[str, Any]:
+    """``sampling`` and ``stop`` for ``stream_events``; ranges are checked by `Sampling`.
+
+    Raises:
+        ApiError: a 400 naming the field.
+    """
     options: dict[str, Any] = {}
     for name, option in _FLOAT_FIELDS.items():
         value = get_field(body, name, float, default=None)
@@ -143,7 +168,7 @@ def _options(body: dict[str, Any], grammar_limits: GrammarLimits) -> dict[str, A
         value = get_field(body, name, int, default=None)
         if value is not None:
             options[option] = value
-    grammar = response_format_grammar(body) or get_field(body, "grammar", str, default=None)
+    grammar = request_grammar(body)
     if grammar is not None:
         options["grammar"] = grammar
     options = {"sampling": _sampling(options, grammar_limits)}

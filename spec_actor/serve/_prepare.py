@@ -11,15 +11,17 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 from .._errors import SpecActorError
 from .._model import Model
 from .._tools import RenderedChat, chat_prompt, chat_text
 from ._body import parse_body
-from ._errors import api_error_for, context_exceeded
+from ._errors import api_error_for, bad_request, context_exceeded
 from ._limits import ServeLimits
-from ._params import Job, parse_chat, parse_completion
+from ._native import parse_native
+from ._params import Job, Kind, parse_chat, parse_completion
+from ._tokens import mixed_tokens
 
 __all__ = ["Prepared", "chat_template_text", "count_chat_tokens", "prepare_body"]
 
@@ -36,7 +38,7 @@ class Prepared:
     """A chat rendered by its Jinja template: how to parse its reply (tool calls)."""
 
 
-def prepare_body(kind: Literal["completion", "chat"], data: bytes, model: Model, n_ctx: int,
+def prepare_body(kind: Kind, data: bytes, model: Model, n_ctx: int,
                  limits: ServeLimits, chat_template: str | None = None) -> Prepared:
     """Check and tokenize the body ``data`` of a ``kind`` request (thread-safe, bounded by ``limits``).
 
@@ -47,11 +49,15 @@ def prepare_body(kind: Literal["completion", "chat"], data: bytes, model: Model,
     body = parse_body(data, limits.body)
     if kind == "chat":
         job = parse_chat(body, limits.grammar)
+    elif kind == "native":
+        job = parse_native(body, model.info.n_vocab, limits.grammar)
     else:
         job = parse_completion(body, model.info.n_vocab, limits.grammar)
     prompt_param = "messages" if job.kind == "chat" else "prompt"  # a chat's prompt is its messages
     with _as_api_error(prompt_param):
         tokens, options, rendered = _tokens(job, model, chat_template)
+    if not tokens:
+        raise bad_request("prompt is empty; send some text or token ids", param="prompt")
     if len(tokens) >= n_ctx:
         raise context_exceeded(len(tokens), n_ctx, prompt_param)
     return Prepared(job, tokens, options, rendered)
@@ -103,6 +109,10 @@ def _tokens(job: Job, model: Model, chat_template: str | None) -> tuple[list[int
     if job.kind == "chat":
         return chat_prompt(model, job.messages, options, template=chat_template, jinja=chat_template is not None,
                            **_tool_fields(options))
+    if job.kind == "native":  # as llama-server tokenizes it: control-token text parsed
+        tokens = mixed_tokens(model.tokenizer, model.info.n_vocab, job.prompt, "prompt", add_special=True,
+                              parse_special=True)
+        return tokens, options, None
     if isinstance(job.prompt, str):
         return model.tokenizer.encode(job.prompt, add_special=True, parse_special=False), options, None
     return list(job.prompt or ()), options, None

@@ -20,7 +20,8 @@ SAMPLERS = ("penalties", "dry", "top_n_sigma", "top_k", "typ_p", "top_p", "min_p
 
 OFF = {"dynatemp_range": 0.0, "dynatemp_exponent": 1.0, "top_n_sigma": -1.0, "xtc_probability": 0.0,
        "xtc_threshold": 0.1, "typical_p": 1.0, "dry_multiplier": 0.0, "dry_base": 1.75, "dry_allowed_length": 2,
-       "dry_penalty_last_n": -1, "mirostat": 0, "mirostat_tau": 5.0, "mirostat_eta": 0.1, "n_keep": 0,
+       "dry_penalty_last_n": 64, "mirostat": 0, "mirostat_tau": 5.0, "mirostat_eta": 0.1, "adaptive_target": -1.0,
+       "adaptive_decay": 0.9, "n_keep": 0,
        "n_discard": 0, "ignore_eos": False, "min_keep": 0, "timings_per_token": False,
        "post_sampling_probs": False}
 """llama-server's fields of samplers and options this server does not have, at the values that turn them off."""
