@@ -27,7 +27,8 @@ def add_parser(sub: Subcommands) -> None:
         "serve", help="serve the model over HTTP with OpenAI's API",
         description="Serve the model with an OpenAI-compatible HTTP API: POST /v1/completions and "
                     "/v1/chat/completions (streamed or whole), GET /v1/models, /health and /metrics "
-                    "(Prometheus). A client that hangs up cancels its generation. Ctrl-C or SIGTERM stops "
+                    "(Prometheus), and llama-server's own routes (/completion, /tokenize, /detokenize, "
+                    "/apply-template, /props, /slots, ...). A client that hangs up cancels its generation. Ctrl-C or SIGTERM stops "
                     "accepting, ends the running streams and exits; a second one exits at once. "
                     "Needs the serve extra: pip install 'spec_actor[serve]'.")
     add_model_options(p)
