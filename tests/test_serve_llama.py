@@ -173,3 +173,26 @@ async def test_the_new_routes_need_the_key_and_health_does_not(gemma):
         open_ = [await client.get(p) for p in ("/health", "/v1/health", "/metrics")]
     assert all(r.status_code == 401 and r.json()["error"]["type"] == "authentication_error" for r in refused)
     assert allowed.status_code == 200 and all(r.status_code == 200 for r in open_)
+
+
+async def test_an_unexpected_failure_is_a_json_500_and_the_server_goes_on(gemma, monkeypatch):
+    from spec_actor import ConfigError
+    from spec_actor.serve import _llama
+
+    def broken(*args):
+        raise KeyError("a bug")
+
+    def refused(*args):
+        raise ConfigError("content=... is invalid: a library check")
+
+    async with serving(gemma) as server, http(server) as client:
+        monkeypatch.setattr(_llama, "_tokenize", broken)
+        bug = await client.post("/tokenize", json={"content": "a"})
+        monkeypatch.setattr(_llama, "_tokenize", refused)
+        library = await client.post("/tokenize", json={"content": "a"})
+        monkeypatch.undo()
+        after = await client.post("/tokenize", json={"content": "a"})
+    assert error_of(bug, 500) == {"message": "internal error: KeyError", "type": "server_error", "param": None,
+                                  "code": None}
+    assert error_of(library)["message"] == "content=... is invalid: a library check"
+    assert after.status_code == 200 and after.json()["tokens"] == gemma.tokenizer.encode("a", add_special=False)

@@ -23,7 +23,8 @@ from starlette.routing import Route
 from . import _completion, _llama, _openai, _ops
 from ._auth import check_key
 from ._cors import cors_middleware
-from ._errors import ApiError
+from .._errors import SpecActorError
+from ._errors import ApiError, api_error_for
 from ._http import Exchange, HungUp, Receive, Scope, Send
 from ._state import ServerState
 
@@ -82,7 +83,7 @@ class App:
         self.state = state
         middleware = cors_middleware(cors_origins, (r.method for r in routes))
         self.starlette = Starlette(routes=[_route(r, state) for r in routes], middleware=middleware,
-                                   exception_handlers={HTTPException: _http_error})
+                                   exception_handlers={HTTPException: _http_error, Exception: _server_error})
         self.starlette.router.redirect_slashes = False  # trailing slashes are stripped below instead
 
     @property
@@ -110,7 +111,11 @@ def _routes_of(app: Starlette) -> list[tuple[str, str]]:
 
 
 class _Endpoint:
-    """A route's ASGI app: the API key, then the handler on an `Exchange`; its `ApiError` becomes the response."""
+    """A route's ASGI app: the API key, then the handler on an `Exchange`.
+
+    The handler's `ApiError` (or the library's error) becomes the response,
+    or a stream's last event when the response has started.
+    """
 
     def __init__(self, route: RouteSpec, state: ServerState) -> None:
         self.route = route
@@ -126,6 +131,8 @@ class _Endpoint:
             return
         except ApiError as error:
             await exchange.send_error(error)
+        except SpecActorError as exc:  # the library's own, not mapped where it was raised
+            await exchange.send_error(api_error_for(exc))
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:
@@ -142,6 +149,12 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     else:
         error = ApiError(exc.status_code, exc.detail, code=None)
     return JSONResponse(error.body(), exc.status_code, headers=exc.headers)
+
+
+async def _server_error(request: Request, exc: Exception) -> Response:
+    """A 500 in OpenAI's error shape for an exception no handler expected (Starlette then re-raises it, logged)."""
+    error = ApiError(500, f"internal error: {type(exc).__name__}", type="server_error")
+    return JSONResponse(error.body(), 500)
 
 
 async def _refuse_websocket(scope: Scope, receive: Receive, send: Send) -> None:
