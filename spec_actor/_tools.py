@@ -23,7 +23,8 @@ from ._errors import ConfigError, GrammarError, PromptError
 from ._json_schema import check_schema
 from .nif import chat_jinja as _nj
 
-__all__ = ["ChatReply", "RenderedChat", "ReplyDelta", "ReplyDiffer", "ToolCall", "chat_prompt", "check_template",
+__all__ = ["ChatReply", "RenderedChat", "ReplyDelta", "ReplyDiffer", "ToolCall", "chat_prompt", "chat_text",
+           "check_template",
            "check_tools", "new_call_id", "parse_reply", "render_jinja", "resolve_tool_choice"]
 
 ToolChoice = str | Mapping[str, Any]
@@ -322,19 +323,12 @@ def chat_prompt(model: Any, messages: Sequence[Mapping[str, Any]], options: dict
             `Model.apply_chat_template`.
     """
     options = dict(options)
-    if tools is None and tool_choice is not None:
-        raise ConfigError("tool_choice needs tools")
-    if tools is None and not jinja and (template is not None or not model.chat_template()):
+    jinja_options = _jinja_options(model, messages, template, tools, tool_choice, parallel_tool_calls, jinja)
+    if jinja_options is None:
         # content stays text: only the template's markup becomes control tokens (Model.tokenize_chat)
         tokens = model.tokenize_chat(messages, template=template, add_special=options.pop("add_special", True),
                                      parse_special=options.pop("parse_special", False))
         return tokens, options, None
-    if template is None and not model.chat_template():
-        raise ConfigError(f"tools need a Jinja chat template and model {model.path} has none; pass template= "
-                          "with the template text of a format that supports tools")
-    message_pairs(messages, content_optional=True)  # roles and content checked, as without a Jinja template
-    jinja_options = {"tools": tools, "tool_choice": tool_choice, "template": template,
-                     "parallel_tool_calls": parallel_tool_calls}
     rendered = render_jinja(model.handle, messages, **jinja_options)
     sampling = options.get("sampling")
     own_grammar = (options.get("grammar") is not None or options.get("json_schema") is not None
@@ -356,3 +350,40 @@ def chat_prompt(model: Any, messages: Sequence[Mapping[str, Any]], options: dict
                            parse_special=options.pop("parse_special", False),
                            render=lambda marked: render_jinja(model.handle, marked, **jinja_options).prompt)
     return tokens, options, rendered
+
+
+def chat_text(model: Any, messages: Sequence[Mapping[str, Any]], *, template: str | None = None,
+              tools: object = None, tool_choice: ToolChoice | None = None, parallel_tool_calls: bool = False,
+              jinja: bool = False) -> str:
+    """The prompt text of a chat, rendered as `chat_prompt` renders it (control tokens as text).
+
+    What llama-server's ``/apply-template`` answers. Tokenizing it with
+    ``parse_special=True`` gives `chat_prompt`'s tokens where no message
+    content holds control-token text.
+
+    Raises:
+        ConfigError, PromptError, GrammarError: as `chat_prompt`.
+    """
+    jinja_options = _jinja_options(model, messages, template, tools, tool_choice, parallel_tool_calls, jinja)
+    if jinja_options is None:
+        return model.apply_chat_template(messages, template=template)
+    return render_jinja(model.handle, messages, **jinja_options).prompt
+
+
+def _jinja_options(model: Any, messages: Sequence[Mapping[str, Any]], template: str | None, tools: object,
+                   tool_choice: ToolChoice | None, parallel_tool_calls: bool, jinja: bool) -> dict[str, Any] | None:
+    """`render_jinja`'s options for a chat the model's Jinja template renders; None for llama.cpp's built-in formats.
+
+    Raises:
+        ConfigError: tool_choice without tools, tools without a Jinja template.
+        PromptError: a message is malformed.
+    """
+    if tools is None and tool_choice is not None:
+        raise ConfigError("tool_choice needs tools")
+    if tools is None and not jinja and (template is not None or not model.chat_template()):
+        return None
+    if template is None and not model.chat_template():
+        raise ConfigError(f"tools need a Jinja chat template and model {model.path} has none; pass template= "
+                          "with the template text of a format that supports tools")
+    message_pairs(messages, content_optional=True)  # roles and content checked, as without a Jinja template
+    return {"tools": tools, "tool_choice": tool_choice, "template": template, "parallel_tool_calls": parallel_tool_calls}

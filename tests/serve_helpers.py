@@ -55,6 +55,12 @@ def sse_data(lines: list[str]) -> list[Any]:
     return out
 
 
+def error_of(response: httpx.Response, status: int = 400) -> dict[str, Any]:
+    """The ``error`` object of a response that must have ``status``."""
+    assert response.status_code == status, response.text
+    return response.json()["error"]
+
+
 async def metrics(client: httpx.AsyncClient) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     """GET /metrics parsed with prometheus-client's parser: {(sample name, labels without model): value}."""
     response = await client.get("/metrics")

@@ -1,7 +1,7 @@
 """The server's request parser and the grammar bounds under random and mutated input (issue 23).
 
 The request path up to the actor (JSON within `BodyLimits`, the fields, the
-grammar pre-check, the chat template, tokenizing) is `_prepare`, the function
+grammar pre-check, the chat template, tokenizing) is `prepare_body`, the function
 the server runs in a worker thread: any body must come out as a prepared
 request or as an `ApiError` in OpenAI's 400 shape, never another exception,
 and within a bounded CPU time. Grammars built with a known nesting depth,
@@ -22,7 +22,8 @@ from hypothesis import strategies as st
 from spec_actor import GrammarError, GrammarLimits
 from spec_actor.nif.grammar import check_grammar
 from spec_actor.serve import ApiError, BodyLimits, ServeLimits
-from spec_actor.serve._prepare import Prepared, _prepare
+from spec_actor.serve._prepare import Prepared, chat_template_text, count_chat_tokens, prepare_body
+from spec_actor.serve._tokens import detokenize, tokenize
 
 LIMITS = ServeLimits(body=BodyLimits(max_depth=16, max_number_chars=24),
                      grammar=GrammarLimits(max_depth=8, max_rules=6, max_alternatives=10, max_repetition=50))
@@ -34,21 +35,24 @@ VALID = [
     {"prompt": [1, 2, 3], "max_tokens": 2, "temperature": 0.5, "stop": ["x"], "seed": 7},
     {"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}], "stream": True},
     {"messages": [{"role": "user", "content": [{"type": "text", "text": "Hi"}]}], "grammar": 'root ::= "a"'},
+    {"prompt": [2, "Hi", 9], "n_predict": 3, "n_probs": 2, "json_schema": {"type": "object"}, "mirostat": 0},
 ]
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers(-10**30, 10**30) | st.floats(allow_nan=False) | st.text(max_size=20),
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(
         st.sampled_from(["prompt", "messages", "role", "content", "max_tokens", "grammar", "stop", "temperature",
-                         "n", "stream", "type", "text", "seed"]) | st.text(max_size=5), inner, max_size=5),
+                         "n", "stream", "type", "text", "seed", "tokens", "add_special", "with_pieces",
+                         "parse_special", "n_predict", "n_probs", "json_schema", "samplers", "prompt_string",
+                         "mirostat", "response_fields"]) | st.text(max_size=5), inner, max_size=5),
     max_leaves=30)
 
 
 def check_prepared(kind: str, data: bytes, gemma) -> None:
-    """``_prepare`` answers ``data`` with a Prepared or a 400 ApiError in OpenAI's shape, in bounded CPU."""
+    """``prepare_body`` answers ``data`` with a Prepared or a 400 ApiError in OpenAI's shape, in bounded CPU."""
     start = time.process_time()
     try:
-        prepared = _prepare(kind, data, gemma, 512, LIMITS)
+        prepared = prepare_body(kind, data, gemma, 512, LIMITS)
     except ApiError as error:
         assert error.status == 400, error
         body = error.body()["error"]
@@ -60,9 +64,32 @@ def check_prepared(kind: str, data: bytes, gemma) -> None:
 
 
 @FUZZ
-@given(kind=st.sampled_from(["completion", "chat"]), body=json_values)
+@given(kind=st.sampled_from(["completion", "chat", "native"]), body=json_values)
 def test_random_json_bodies_are_prepared_or_refused(gemma, kind, body):
     check_prepared(kind, json.dumps(body).encode(), gemma)
+
+
+def answered_or_refused(work, *args) -> None:
+    """``work(*args)`` answers, or refuses with a 400 naming the field, in bounded CPU time."""
+    start = time.process_time()
+    try:
+        work(*args)
+    except ApiError as error:
+        assert error.status == 400 and error.body()["error"]["message"], error
+        assert error.param or "request body" in error.message, error  # a field is named, or the body is bad
+    assert time.process_time() - start < CPU_BOUND_S
+
+
+@FUZZ
+@given(body=json_values, ids=st.lists(st.integers(-5, 300_000), max_size=6))
+def test_llama_server_routes_answer_or_refuse_any_body(gemma, body, ids):
+    tok, n_vocab = gemma.tokenizer, gemma.info.n_vocab
+    for candidate in (body, {"content": body}, {"tokens": body}, {"tokens": ids}, {"content": ids}):
+        answered_or_refused(tokenize, candidate, tok, n_vocab)
+        answered_or_refused(detokenize, candidate, tok, n_vocab)
+    data = json.dumps(body).encode()
+    answered_or_refused(chat_template_text, data, gemma, LIMITS)
+    answered_or_refused(count_chat_tokens, data, gemma, LIMITS)
 
 
 MUTATIONS = st.sampled_from(["insert", "delete", "replace", "nest", "number", "surrogate"])
@@ -89,6 +116,7 @@ def test_mutated_bodies_are_prepared_or_refused(gemma, base, steps):
         else:
             data = data[:at] + b'"\\ud83d' + data[at:]
     check_prepared("chat" if b"messages" in data else "completion", data, gemma)
+    check_prepared("native", data, gemma)  # llama-server's /completion reads the same bodies its own way
 
 
 # -- grammar strings through the bounds -----------------------------------------------------------

@@ -19,7 +19,7 @@ import time
 import httpx
 import pytest
 import trio
-from serve_helpers import TIMEOUT, http, metric, metrics, serving, start_cli_server, wait_for
+from serve_helpers import CTX, TIMEOUT, http, metric, metrics, serving, start_cli_server, wait_for
 from tiny_model_fixtures import tiny_paths, tiny_target  # noqa: F401
 
 from spec_actor import ConfigError, GrammarError, GrammarLimits, Sampling
@@ -292,8 +292,10 @@ async def test_a_huge_chat_is_prepared_off_the_event_loop(gemma):
             preparing_after_health = limiter.borrowed_tokens == 1
     assert health.json() == {"status": "ok"}
     assert preparing_after_health, "the hostile body was prepared before /health got its answer"
-    assert outcome == [400]  # longer than the context
-    assert_openai_400(too_long, "messages", "context")
+    assert outcome == [400]  # longer than the context, in llama-server's type with its counts
+    error = too_long.json()["error"]
+    assert error["type"] == "exceed_context_size_error" and error["param"] == "messages"
+    assert error["n_ctx"] == CTX and error["n_prompt_tokens"] > CTX and "context" in error["message"]
 
 
 # -- SIGTERM with stalled clients ------------------------------------------------------------------

@@ -84,6 +84,8 @@ def test_serve_refuses_limits_out_of_range_before_loading_the_model():
     deep = cli("serve", "--grammar-limit", "max_depth=5000")
     unknown = cli("serve", "--body-limit", "depth=3")
     negative = cli("serve", "--send-timeout", "0")
-    assert (deep.returncode, unknown.returncode, negative.returncode) == (2, 2, 2)
+    origin = cli("serve", "--cors-origins", "https://app.example,https://b.example/path")
+    assert (deep.returncode, unknown.returncode, negative.returncode, origin.returncode) == (2, 2, 2, 2)
     assert "max_depth=5000 is invalid" in deep.stderr and "max_number_chars" in unknown.stderr
     assert "--send-timeout" in negative.stderr
+    assert "--cors-origins" in origin.stderr and "https://b.example/path" in origin.stderr

@@ -27,7 +27,8 @@ def add_parser(sub: Subcommands) -> None:
         "serve", help="serve the model over HTTP with OpenAI's API",
         description="Serve the model with an OpenAI-compatible HTTP API: POST /v1/completions and "
                     "/v1/chat/completions (streamed or whole), GET /v1/models, /health and /metrics "
-                    "(Prometheus). A client that hangs up cancels its generation. Ctrl-C or SIGTERM stops "
+                    "(Prometheus), and llama-server's own routes (/completion, /tokenize, /detokenize, "
+                    "/apply-template, /props, /slots, ...). A client that hangs up cancels its generation. Ctrl-C or SIGTERM stops "
                     "accepting, ends the running streams and exits; a second one exits at once. "
                     "Needs the serve extra: pip install 'spec_actor[serve]'.")
     add_model_options(p)
@@ -43,8 +44,8 @@ def add_parser(sub: Subcommands) -> None:
     p.add_argument("--pool", type=positive_int, default=1, metavar="N",
                    help="actors, so requests served at once; each has its own context (default: 1)")
     p.add_argument("--api-key", metavar="KEY",
-                   help="require `Authorization: Bearer KEY` on /v1/* (default: the SPEC_ACTOR_API_KEY "
-                        "environment variable, or no key)")
+                   help="require `Authorization: Bearer KEY` or `X-Api-Key: KEY` on every route but /health "
+                        "and /metrics (default: the SPEC_ACTOR_API_KEY environment variable, or no key)")
     p.add_argument("-c", "--n-ctx", type=positive_int, default=4096, metavar="N",
                    help="context size of each actor in tokens (default: 4096)")
     p.add_argument("-t", "--threads", type=positive_int, metavar="N",
@@ -60,6 +61,10 @@ def add_parser(sub: Subcommands) -> None:
     p.add_argument("--chat-template", "--chat-template-file", dest="chat_template", metavar="FILE",
                    help="Jinja chat template file that renders every chat instead of the GGUF's own (as "
                         "llama-server's --chat-template-file); needed for tools on a GGUF without one")
+    p.add_argument("--cors-origins", metavar="ORIGIN[,ORIGIN]", default="",
+                   help="let web pages from these origins (https://app.example, or * for any) call the server "
+                        "from a browser; off by default, since any site a browser opens could reach a server "
+                        "on loopback")
     p.add_argument("--model-name", metavar="NAME",
                    help="the model id clients see (default: the GGUF file name without .gguf)")
     add_limit_options(p)
@@ -143,6 +148,7 @@ def run(args: argparse.Namespace) -> int:
                        "pip install 'spec_actor[serve]'") from None
     spec = _spec(args)
     limits = limits_from_options(args)  # before the model loads: a bad flag fails at once
+    origins = _origins(args.cors_origins)
     template = _read_template(args.chat_template)
     model = open_model(args, mtp=spec is not None and spec.is_mtp)
     api_key = args.api_key or _env_key()
@@ -154,7 +160,7 @@ def run(args: argparse.Namespace) -> int:
         async with open_server(model, host=args.host, port=args.port, pool=args.pool, spec=spec, api_key=api_key,
                                n_ctx=args.n_ctx, max_queue=args.max_queue, max_body=args.max_body,
                                model_name=args.model_name, limits=limits, chat_template=template,
-                               **options) as server:
+                               cors_origins=origins, **options) as server:
             with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
                 print(f"spec-actor: serving {server.state.model_name} on {server.url} "
                       f"(spec {server.pool.actors[0].spec.type}, pool {args.pool}, n_ctx {args.n_ctx}); "
@@ -193,6 +199,20 @@ def _read_template(path: str | None) -> str | None:
     except (OSError, UnicodeDecodeError) as exc:
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         raise CliError(f"argument --chat-template: cannot read {path}: {reason}", exit_code=2) from None
+
+
+def _origins(text: str) -> tuple[str, ...]:
+    """The --cors-origins list, checked.
+
+    Raises:
+        CliError: an origin is malformed.
+    """
+    from ..serve._cors import check_origins
+
+    try:
+        return check_origins(o.strip() for o in text.split(",") if o.strip())
+    except ConfigError as exc:
+        raise CliError(f"argument --cors-origins: {exc.message}", exit_code=2) from None
 
 
 def _env_key() -> str | None:

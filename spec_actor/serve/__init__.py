@@ -2,10 +2,12 @@
 
 `open_server` serves a loaded model with ``POST /v1/completions``,
 ``POST /v1/chat/completions`` (streamed as server-sent events or whole),
-``GET /v1/models``, ``GET /health`` and ``GET /metrics`` (Prometheus). It
-runs hypercorn's trio worker; a client that hangs up cancels its
+``GET /v1/models``, ``GET /health`` and ``GET /metrics`` (Prometheus), and
+llama-server's own routes (``/completion``, ``/tokenize``, ``/props``,
+``/slots``, ...: docs/server-compatibility.md). It runs Starlette's router
+on hypercorn's trio worker; a client that hangs up cancels its
 generation, prompt prefill included; `ServeLimits` bounds what one client
-may take (README, "Serving safely"). Needs the ``serve`` extra
+may take (docs/serving.md, "Serving safely"). Needs the ``serve`` extra
 (``pip install 'spec_actor[serve]'``).
 """
 

@@ -1,125 +1,160 @@
-"""The ASGI application: routes, the API key, and the state the request handlers share."""
+"""The ASGI application: Starlette's router (and CORS middleware, when asked) over the request handlers.
+
+Starlette routes each request by path and method, answers a wrong method
+with a 405 that lists the allowed ones, and answers CORS preflights. Each
+route's endpoint is a raw ASGI app (`_Endpoint`) that checks the API key and
+hands an `Exchange` to its handler: the handlers keep their own control of
+the body (read within `ServeLimits`), of hang-ups and of every send
+(docs/decisions/0041), which Starlette's request and response classes would
+take over. hypercorn's connections (`_connections`) sit below it all.
+"""
 
 from __future__ import annotations
 
-import secrets
-from typing import Literal
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 
-import trio
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
 
-from ._errors import ApiError, shutting_down
-from ._generation import answer
+from . import _completion, _llama, _openai, _ops
+from ._auth import check_key
+from ._cors import cors_middleware
+from .._errors import SpecActorError
+from ._errors import ApiError, api_error_for
 from ._http import Exchange, HungUp, Receive, Scope, Send
-from ._metrics import CONTENT_TYPE
-from ._prepare import prepare
 from ._state import ServerState
 
-__all__ = ["App", "ServerState"]
+__all__ = ["App", "ROUTES", "RouteSpec", "ServerState"]
+
+Handler = Callable[[Exchange, ServerState], Awaitable[None]]
+
+
+@dataclass(frozen=True, slots=True)
+class RouteSpec:
+    """One route: its method and path, its handler, and whether it needs the API key."""
+
+    method: str
+    path: str
+    handler: Handler
+    needs_key: bool = True
+
+
+ROUTES: tuple[RouteSpec, ...] = (
+    # OpenAI's, and the same without /v1 as llama-server serves them
+    RouteSpec("POST", "/v1/completions", _openai.completions),
+    RouteSpec("POST", "/v1/chat/completions", _openai.chat),
+    RouteSpec("POST", "/chat/completions", _openai.chat),
+    RouteSpec("GET", "/v1/models", _openai.models),
+    RouteSpec("GET", "/models", _openai.models),
+    # llama-server's own (its /completions is its native /completion, not OpenAI's)
+    RouteSpec("POST", "/completion", _completion.completion),
+    RouteSpec("POST", "/completions", _completion.completion),
+    RouteSpec("POST", "/tokenize", _llama.tokenize),
+    RouteSpec("POST", "/detokenize", _llama.detokenize),
+    RouteSpec("POST", "/apply-template", _llama.apply_template),
+    RouteSpec("POST", "/chat/completions/input_tokens", _llama.input_tokens),
+    RouteSpec("POST", "/v1/chat/completions/input_tokens", _llama.input_tokens),
+    RouteSpec("GET", "/props", _llama.props),
+    RouteSpec("GET", "/slots", _llama.slots),
+    # open without the key
+    RouteSpec("GET", "/health", _ops.health, needs_key=False),
+    RouteSpec("GET", "/v1/health", _ops.health, needs_key=False),
+    RouteSpec("GET", "/metrics", _ops.metrics, needs_key=False),
+)
+"""Every route the server has, in the order the 404 message lists them (docs/server-compatibility.md)."""
 
 
 class App:
-    """The OpenAI-compatible ASGI application over one pool.
+    """The server's ASGI application over one pool: `ROUTES` behind Starlette's router.
 
-    Routes: ``POST /v1/completions``, ``POST /v1/chat/completions``,
-    ``GET /v1/models`` (these three need the API key when one is set),
-    ``GET /health`` and ``GET /metrics``.
+    Paths are matched without a trailing slash (``/v1/models/`` is
+    ``/v1/models``). WebSocket upgrades get a 404 in OpenAI's error shape.
+    With ``cors_origins`` (checked by `check_origins`; ``"*"`` for any),
+    Starlette's CORS middleware answers their preflights and marks their
+    responses; without, no cross-origin header is ever sent (`_cors`).
     """
 
-    def __init__(self, state: ServerState) -> None:
+    def __init__(self, state: ServerState, routes: Sequence[RouteSpec] = ROUTES,
+                 cors_origins: Sequence[str] = ()) -> None:
         self.state = state
-        self._routes = {
-            "/v1/completions": ("POST", True, self._completions),
-            "/v1/chat/completions": ("POST", True, self._chat),
-            "/v1/models": ("GET", True, self._models),
-            "/health": ("GET", False, self._health),
-            "/metrics": ("GET", False, self._metrics),
-        }
+        middleware = cors_middleware(cors_origins, (r.method for r in routes))
+        self.starlette = Starlette(routes=[_route(r, state) for r in routes], middleware=middleware,
+                                   exception_handlers={HTTPException: _http_error, Exception: _server_error})
+        self.starlette.router.redirect_slashes = False  # trailing slashes are stripped below instead
+
+    @property
+    def routes(self) -> list[tuple[str, str]]:
+        """(method, path) of every route the router has."""
+        return _routes_of(self.starlette)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "lifespan":
-            await _lifespan(receive, send)
-            return
         if scope["type"] == "websocket":
             await _refuse_websocket(scope, receive, send)
             return
-        if scope["type"] != "http":
-            return
+        if scope["type"] == "http":
+            scope["path"] = scope["path"].rstrip("/") or "/"
+        await self.starlette(scope, receive, send)
+
+
+def _route(spec: RouteSpec, state: ServerState) -> Route:
+    route = Route(spec.path, _Endpoint(spec, state), methods=[spec.method])
+    route.methods = {spec.method}  # Starlette adds HEAD beside GET; the handlers send bodies, so no HEAD
+    return route
+
+
+def _routes_of(app: Starlette) -> list[tuple[str, str]]:
+    return [(method, route.path) for route in app.routes for method in sorted(getattr(route, "methods", None) or ())]
+
+
+class _Endpoint:
+    """A route's ASGI app: the API key, then the handler on an `Exchange`.
+
+    The handler's `ApiError` (or the library's error) becomes the response,
+    or a stream's last event when the response has started.
+    """
+
+    def __init__(self, route: RouteSpec, state: ServerState) -> None:
+        self.route = route
+        self.state = state
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         exchange = Exchange(scope, receive, send)
         try:
-            await self._route(exchange)
+            if self.route.needs_key:
+                check_key(exchange, self.state.api_key)
+            await self.route.handler(exchange, self.state)
         except HungUp:
             return
         except ApiError as error:
             await exchange.send_error(error)
-
-    async def _route(self, exchange: Exchange) -> None:
-        path = exchange.path.rstrip("/") or "/"
-        route = self._routes.get(path)
-        if route is None:
-            raise ApiError(404, f"no route {exchange.method} {exchange.path}; this server has "
-                                f"{', '.join(f'{m} {p}' for p, (m, _, _) in self._routes.items())}",
-                           code="not_found")
-        method, needs_key, handler = route
-        if exchange.method != method:
-            raise ApiError(405, f"{path} takes {method}, not {exchange.method}", code="method_not_allowed")
-        if needs_key:
-            self._check_key(exchange)
-        await handler(exchange)
-
-    def _check_key(self, exchange: Exchange) -> None:
-        key = self.state.api_key
-        if key is None:
-            return
-        sent = exchange.header(b"authorization") or ""
-        scheme, _, token = sent.partition(" ")
-        if scheme.lower() != "bearer" or not secrets.compare_digest(token.strip().encode(), key.encode()):
-            raise ApiError(401, "missing or incorrect API key: send it as `Authorization: Bearer KEY`",
-                           code="invalid_api_key")
-
-    async def _completions(self, exchange: Exchange) -> None:
-        await self._generate(exchange, "completion")
-
-    async def _chat(self, exchange: Exchange) -> None:
-        await self._generate(exchange, "chat")
-
-    async def _generate(self, exchange: Exchange, kind: Literal["completion", "chat"]) -> None:
-        arrived_at = trio.current_time()
-        state = self.state
-        if state.stopping.is_set():
-            raise shutting_down()
-        try:
-            data = await exchange.read_body(state.max_body, state.limits.read_timeout)
-        except ApiError as error:
-            if error.status == 408:
-                state.metrics.timed_out("read")
-            raise
-        prepared = await prepare(kind, data, state.pool.model, state.pool.actors[0].n_ctx, state.limits,
-                                 state.prepare_limiter, state.chat_template)
-        await answer(exchange, prepared, state, arrived_at)
-
-    async def _models(self, exchange: Exchange) -> None:
-        model = {"id": self.state.model_name, "object": "model", "created": self.state.created,
-                 "owned_by": "spec_actor"}
-        await exchange.send_json(200, {"object": "list", "data": [model]})
-
-    async def _health(self, exchange: Exchange) -> None:
-        if self.state.stopping.is_set():
-            raise shutting_down()
-        await exchange.send_json(200, {"status": "ok"})
-
-    async def _metrics(self, exchange: Exchange) -> None:
-        await exchange.send_bytes(200, self.state.metrics.render(), [(b"content-type", CONTENT_TYPE.encode())])
+        except SpecActorError as exc:  # the library's own, not mapped where it was raised
+            await exchange.send_error(api_error_for(exc))
 
 
-async def _lifespan(receive: Receive, send: Send) -> None:
-    # The pool is opened and closed around the server, so startup and shutdown have nothing to do.
-    while True:
-        message = await receive()
-        if message["type"] == "lifespan.startup":
-            await send({"type": "lifespan.startup.complete"})
-        elif message["type"] == "lifespan.shutdown":
-            await send({"type": "lifespan.shutdown.complete"})
-            return
+async def _http_error(request: Request, exc: Exception) -> Response:
+    """Starlette's 404 (no such path) and 405 (wrong method) in OpenAI's error shape."""
+    assert isinstance(exc, HTTPException)
+    path = request.url.path
+    if exc.status_code == 405:
+        allowed = (exc.headers or {}).get("Allow", "")
+        error = ApiError(405, f"{path} takes {allowed}, not {request.method}", code="method_not_allowed")
+    elif exc.status_code == 404:
+        error = ApiError(404, f"no route {request.method} {path}; this server has "
+                              f"{', '.join(f'{m} {p}' for m, p in _routes_of(request.app))}",
+                         type="not_found_error", code="not_found")
+    else:
+        error = ApiError(exc.status_code, exc.detail, code=None)
+    return JSONResponse(error.body(), exc.status_code, headers=exc.headers)
+
+
+async def _server_error(request: Request, exc: Exception) -> Response:
+    """A 500 in OpenAI's error shape for an exception no handler expected (Starlette then re-raises it, logged)."""
+    error = ApiError(500, f"internal error: {type(exc).__name__}", type="server_error")
+    return JSONResponse(error.body(), 500)
 
 
 async def _refuse_websocket(scope: Scope, receive: Receive, send: Send) -> None:

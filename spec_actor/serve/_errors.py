@@ -7,7 +7,7 @@ from typing import Any
 from .._errors import (ActorClosedError, ConfigError, GrammarError, PromptError, QueueFullError,
                        SpecActorError)
 
-__all__ = ["ApiError", "api_error_for", "bad_request", "shutting_down"]
+__all__ = ["ApiError", "api_error_for", "bad_request", "context_exceeded", "shutting_down"]
 
 
 class ApiError(Exception):
@@ -15,21 +15,25 @@ class ApiError(Exception):
 
     The body the client gets is ``{"error": {"message", "type", "param",
     "code"}}``, as OpenAI's API sends it, so its clients raise their usual
-    exceptions (``openai.BadRequestError`` for a 400, and so on).
+    exceptions (``openai.BadRequestError`` for a 400, and so on). ``extra``
+    adds fields beside those, as llama-server's ``n_ctx`` and
+    ``n_prompt_tokens`` on a context overflow.
     """
 
     def __init__(self, status: int, message: str, *, type: str = "invalid_request_error",
-                 param: str | None = None, code: str | None = None) -> None:
+                 param: str | None = None, code: str | None = None, extra: dict[str, Any] | None = None) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
         self.type = type
         self.param = param
         self.code = code
+        self.extra = extra or {}
 
     def body(self) -> dict[str, Any]:
         """The JSON body of the error response."""
-        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
+        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}
+                | self.extra}
 
     def __repr__(self) -> str:
         return f"ApiError({self.status}, {self.message!r})"
@@ -38,6 +42,17 @@ class ApiError(Exception):
 def bad_request(message: str, param: str | None = None, code: str | None = None) -> ApiError:
     """A 400 that names the field to change."""
     return ApiError(400, message, param=param, code=code)
+
+
+def context_exceeded(n_prompt_tokens: int, n_ctx: int, param: str = "prompt") -> ApiError:
+    """The 400 of a prompt that does not fit the context, as llama-server gives it.
+
+    Type ``exceed_context_size_error`` with ``n_prompt_tokens`` and ``n_ctx``
+    (llama-server's fields); code ``context_length_exceeded`` (OpenAI's).
+    """
+    return ApiError(400, f"the prompt is {n_prompt_tokens} tokens long and the server's context holds {n_ctx}; "
+                         "send a shorter prompt", type="exceed_context_size_error", param=param,
+                    code="context_length_exceeded", extra={"n_prompt_tokens": n_prompt_tokens, "n_ctx": n_ctx})
 
 
 def shutting_down() -> ApiError:

@@ -31,7 +31,7 @@ from ._timings import speculation_fields
 from ._tools import delta_json, tool_calls_json
 
 
-__all__ = ["answer"]
+__all__ = ["Answer", "answer"]
 
 
 async def answer(exchange: Exchange, prepared: Prepared, state: ServerState, arrived_at: float) -> None:
@@ -43,11 +43,17 @@ async def answer(exchange: Exchange, prepared: Prepared, state: ServerState, arr
             server stopping), or failed after (the caller then sends it as
             the stream's last event).
     """
-    await _Answer(exchange, prepared, state, arrived_at).run()
+    await Answer(exchange, prepared, state, arrived_at).run()
 
 
-class _Answer:
-    """One request's run: its event stream, what it delivered, and why it ended early, if it did."""
+class Answer:
+    """One request's run: its event stream, what it delivered, and why it ended early, if it did.
+
+    `run` runs it. The answer's shape is OpenAI's; another endpoint's
+    (`_completion.NativeAnswer`) overrides `_deliver` (each token) and
+    `_respond` (the end), and keeps the rest: the hang-up, shutdown and
+    stall watches, the metrics and the record of requests ended early.
+    """
 
     def __init__(self, exchange: Exchange, prepared: Prepared, state: ServerState, arrived_at: float) -> None:
         self.exchange = exchange
@@ -67,6 +73,8 @@ class _Answer:
         self.prompt_tokens = 0
         self.cached_tokens = 0
         self.final_stats: StatsSnapshot | None = None
+        self.end: Done | Eog | None = None
+        """The event that ended the generation, once it came."""
         self.ended_by: tuple[str, float] | None = None
         """("hangup", "send_timeout" or "shutdown", when it was seen) once the request is ended early."""
         self.run_scope = trio.CancelScope()
@@ -143,6 +151,7 @@ class _Answer:
                     self.prompt_tokens = ev.stats.prompt_tokens
                     self.cached_tokens = ev.stats.prompt_reused
                     self.final_stats = ev.stats
+                    self.end = ev
         finally:
             with trio.CancelScope(shield=True):
                 tokens_before = self.events.stats().tokens_emitted  # just before aclose sets the cancel flag
@@ -156,6 +165,10 @@ class _Answer:
             if self.job.stream:
                 await self._open_stream()
         self.tokens += 1
+        await self._deliver(ev)
+
+    async def _deliver(self, ev: Token) -> None:
+        """Send a generated token's text (streaming), or keep it for the whole answer."""
         if self.shaper is not None:
             self.logprob_tokens.append(ev)
         if not ev.text:
@@ -185,12 +198,17 @@ class _Answer:
     def _parses_calls(self) -> bool:
         return self.rendered is not None and self.rendered.tools
 
-    async def _respond(self) -> None:
-        reason = self.finish_reason or "stop"
+    def _counts(self) -> tuple[int, int]:
+        """(prompt tokens, of those the ones the prefix cache held) of the finished request."""
         if not self.prompt_tokens:
             last = self.events.stats()
             self.prompt_tokens, self.cached_tokens = last.prompt_tokens, last.prompt_reused
-        prompt_tokens, cached_tokens = self.prompt_tokens, self.cached_tokens
+        return self.prompt_tokens, self.cached_tokens
+
+    async def _respond(self) -> None:
+        """Send the end of the answer: the whole response, or a stream's closing chunks."""
+        reason = self.finish_reason or "stop"
+        prompt_tokens, cached_tokens = self._counts()
         reply = None
         if self.differ is None and self._parses_calls():
             reply = parse_reply("".join(self.text), self.rendered)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from urllib.parse import parse_qs
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
@@ -36,7 +37,7 @@ class Exchange:
     """
 
     __slots__ = ("scope", "_receive", "_send", "started", "streaming", "complete", "hung_up", "hung_up_at",
-                 "sending_since", "_send_began")
+                 "sending_since", "_send_began", "stream_end")
 
     def __init__(self, scope: Scope, receive: Receive, send: Send) -> None:
         self.scope = scope
@@ -55,6 +56,8 @@ class Exchange:
         self.sending_since: float | None = None
         """`trio.current_time()` when the send in progress began; None between sends."""
         self._send_began = trio.Event()
+        self.stream_end = b"data: [DONE]\n\n"
+        """What `end_events` sends last: OpenAI's ``[DONE]`` event, or b"" (llama-server's native streams)."""
 
     # -- request ----------------------------------------------------------------------
 
@@ -67,6 +70,11 @@ class Exchange:
     def path(self) -> str:
         """The request path, without the query string."""
         return str(self.scope.get("path", "/"))
+
+    def query(self, name: str) -> str | None:
+        """The first value of a query-string parameter (``?name=value``), or None."""
+        values = parse_qs(self.scope.get("query_string", b"").decode("latin-1")).get(name)
+        return values[0] if values else None
 
     def header(self, name: bytes) -> str | None:
         """A request header's value (latin-1), or None."""
@@ -178,8 +186,8 @@ class Exchange:
         await self._out({"type": "http.response.body", "body": f"data: {payload}\n\n".encode(), "more_body": True})
 
     async def end_events(self) -> None:
-        """Send ``data: [DONE]`` and end the stream."""
-        await self._out({"type": "http.response.body", "body": b"data: [DONE]\n\n", "more_body": False})
+        """Send `stream_end` (``data: [DONE]``) and end the stream."""
+        await self._out({"type": "http.response.body", "body": self.stream_end, "more_body": False})
 
     async def _out(self, message: MutableMapping[str, Any]) -> None:
         if self.hung_up.is_set():

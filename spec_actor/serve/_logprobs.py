@@ -18,7 +18,7 @@ from .._tokenizer import Tokenizer
 from .._validate import MAX_TOP_LOGPROBS
 from ._errors import bad_request
 
-__all__ = ["LogprobsShaper", "chat_logprobs_option", "completion_logprobs_option"]
+__all__ = ["LogprobsShaper", "chat_logprobs_option", "completion_logprobs_option", "native_probabilities"]
 
 
 def chat_logprobs_option(body: dict[str, Any]) -> int | None:
@@ -52,6 +52,24 @@ def completion_logprobs_option(body: dict[str, Any]) -> int | None:
     return logprobs
 
 
+def native_probabilities(tokens: list[Token], tokenizer: Tokenizer) -> list[dict[str, Any]]:
+    """llama-server's ``completion_probabilities`` of ``tokens``: each token's and its alternatives' log-probabilities.
+
+    Each entry is ``{"id", "token", "bytes", "logprob", "top_logprobs":
+    [{"id", "token", "bytes", "logprob"}]}`` (``/completion`` with
+    ``n_probs``); pieces with special tokens written out.
+    """
+    def entry(token: int, logprob: float | None) -> dict[str, Any]:
+        return {"id": token} | _entry(tokenizer, token, logprob, special=True)
+
+    return [entry(t.id, t.logprob) | {"top_logprobs": [entry(i, p) for i, p in t.top_logprobs]} for t in tokens]
+
+
+def _entry(tokenizer: Tokenizer, token: int, logprob: float | None, *, special: bool = False) -> dict[str, Any]:
+    piece = tokenizer.piece(token, special=special)
+    return {"token": piece.decode("utf-8", "replace"), "logprob": logprob, "bytes": list(piece)}
+
+
 def _check_count(name: str, value: object) -> None:
     if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= MAX_TOP_LOGPROBS:
         raise bad_request(f"{name}={value!r} is invalid: use an integer from 0 to {MAX_TOP_LOGPROBS}", param=name)
@@ -74,8 +92,9 @@ class LogprobsShaper:
     def shape(self, tokens: list[Token]) -> dict[str, Any]:
         """The ``logprobs`` of the tokens of one chunk, or of a whole response."""
         if self.chat:
-            return {"content": [self._entry(t.id, t.logprob) | {"top_logprobs": [self._entry(i, p) for i, p in
-                                                                               t.top_logprobs]}
+            tok = self.tokenizer
+            return {"content": [_entry(tok, t.id, t.logprob) | {"top_logprobs": [_entry(tok, i, p) for i, p in
+                                                                                 t.top_logprobs]}
                                 for t in tokens], "refusal": None}
         texts, offsets = [], []
         for t in tokens:
@@ -85,10 +104,6 @@ class LogprobsShaper:
         return {"tokens": texts, "token_logprobs": [t.logprob for t in tokens],
                 "top_logprobs": [{self._text(i): p for i, p in t.top_logprobs} for t in tokens],
                 "text_offset": offsets}
-
-    def _entry(self, token: int, logprob: float | None) -> dict[str, Any]:
-        piece = self.tokenizer.piece(token)
-        return {"token": piece.decode("utf-8", "replace"), "logprob": logprob, "bytes": list(piece)}
 
     def _text(self, token: int) -> str:
         return self.tokenizer.piece(token).decode("utf-8", "replace")

@@ -4,14 +4,15 @@ Fields follow OpenAI's API as its clients send them. Fields this server does
 not know are ignored, as other OpenAI-compatible servers ignore them; known
 fields of the wrong type, out of range, or asking for a feature this server
 does not have (``n > 1``, ``logit_bias``) are a 400 that names the
-field. ``top_k``, ``min_p``, ``repeat_penalty`` and ``grammar`` (GBNF) are
-accepted as extensions, by llama.cpp's ``llama-server`` names; ``response_format``
-(JSON object or schema) becomes a grammar (see `_structured`).
+field. ``top_k``, ``min_p``, ``repeat_penalty``, ``repeat_last_n``,
+``grammar`` (GBNF) and ``json_schema`` are accepted as extensions, by
+llama.cpp's ``llama-server`` names; ``response_format`` (JSON object or
+schema) becomes a grammar (see `_structured`). llama-server's native
+``/completion`` body is checked by `_completion` with the same options.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -20,13 +21,15 @@ from .._errors import ConfigError, GrammarError
 from .._limits import GrammarLimits
 from .._sampling import Sampling
 from ._errors import ApiError, bad_request
+from ._fields import get_field, json_object, json_type, short
 from ._logprobs import chat_logprobs_option, completion_logprobs_option
-from ._structured import response_format_grammar
+from ._structured import request_grammar
 from ._tools import message_fields, tool_options
 
-__all__ = ["Job", "parse_chat", "parse_completion"]
+__all__ = ["Job", "NativeFields", "parse_chat", "parse_completion", "request_options", "stream_fields", "unsupported"]
 
-Kind = Literal["completion", "chat"]
+Kind = Literal["completion", "chat", "native"]
+"""The endpoint: OpenAI's completions or chat completions, or llama-server's native ``/completion``."""
 
 # Default `max_tokens` of /v1/completions, as in OpenAI's API; chat generates
 # until the end of the turn or of the context.
@@ -38,7 +41,21 @@ MAX_STOP = 16
 # OpenAI's sampling fields -> spec_actor's `Sampling` names, then the extensions.
 _FLOAT_FIELDS = {"temperature": "temp", "top_p": "top_p", "presence_penalty": "presence_penalty",
                  "frequency_penalty": "frequency_penalty", "min_p": "min_p", "repeat_penalty": "repeat_penalty"}
-_INT_FIELDS = {"seed": "seed", "top_k": "top_k"}
+_INT_FIELDS = {"seed": "seed", "top_k": "top_k", "repeat_last_n": "penalty_last_n"}
+
+
+@dataclass(frozen=True, slots=True)
+class NativeFields:
+    """What shapes a native completion's answer beside its generation options."""
+
+    n_predict: int
+    """Tokens asked for; -1: no limit."""
+    n_probs: int
+    """Alternatives per token in ``completion_probabilities``; 0: none."""
+    return_tokens: bool
+    """Whether a whole answer lists the generated token ids (a stream always does)."""
+    response_fields: tuple[str, ...] | None
+    """The fields of the last answer to keep (``"a/b"`` takes ``b`` out of ``a``); None: all."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,19 +63,21 @@ class Job:
     """One checked completion request."""
 
     kind: Kind
-    """Which endpoint: plain text completion or chat."""
+    """Which endpoint: plain text completion, chat, or llama-server's native completion."""
     stream: bool
     """Answer with server-sent events."""
     include_usage: bool
     """Streaming only: send a last chunk with ``usage`` (``stream_options``)."""
     max_tokens: int | None
     """Most tokens to generate; None: until the end of the turn or of the context."""
-    prompt: str | list[int] | None = None
-    """The prompt of a completion: text or token ids."""
+    prompt: str | list[int] | list[int | str] | None = None
+    """The prompt of a completion: text or token ids (a native completion's: texts and ids mixed)."""
     messages: list[dict[str, Any]] = field(default_factory=list)
     """The conversation of a chat, each ``{"role", "content"}`` with text content (and tool fields)."""
     options: dict[str, Any] = field(default_factory=dict)
     """Request options of ``stream_events`` (``sampling``, ``stop``), max_tokens aside."""
+    native: NativeFields | None = None
+    """A native completion's fields that shape its answer; None for the OpenAI endpoints."""
 
 
 def parse_completion(body: object, n_vocab: int, grammar_limits: GrammarLimits = GrammarLimits()) -> Job:
@@ -67,19 +86,19 @@ def parse_completion(body: object, n_vocab: int, grammar_limits: GrammarLimits =
     Raises:
         ApiError: a 400 naming the field to change.
     """
-    body = _object(body)
-    _refuse_unsupported(body)
-    if _get(body, "echo", bool, default=False):
-        raise _unsupported("echo", "echo=true")
-    if _get(body, "suffix", str, default=""):
-        raise _unsupported("suffix", "suffix")
-    best_of = _get(body, "best_of", int, default=1)
+    body = json_object(body)
+    _refuseunsupported(body)
+    if get_field(body, "echo", bool, default=False):
+        raise unsupported("echo", "echo=true")
+    if get_field(body, "suffix", str, default=""):
+        raise unsupported("suffix", "suffix")
+    best_of = get_field(body, "best_of", int, default=1)
     if best_of != 1:
-        raise _unsupported("best_of", f"best_of={best_of}")
+        raise unsupported("best_of", f"best_of={best_of}")
     prompt = _prompt(body.get("prompt"), n_vocab)
     max_tokens = _max_tokens(body, ("max_tokens",), COMPLETION_MAX_TOKENS)
-    options = _options(body, grammar_limits) | {"logprobs": completion_logprobs_option(body)}
-    return Job("completion", *_stream(body), max_tokens=max_tokens, prompt=prompt, options=options)
+    options = request_options(body, grammar_limits) | {"logprobs": completion_logprobs_option(body)}
+    return Job("completion", *stream_fields(body), max_tokens=max_tokens, prompt=prompt, options=options)
 
 
 def parse_chat(body: object, grammar_limits: GrammarLimits = GrammarLimits()) -> Job:
@@ -88,77 +107,43 @@ def parse_chat(body: object, grammar_limits: GrammarLimits = GrammarLimits()) ->
     Raises:
         ApiError: a 400 naming the field to change.
     """
-    body = _object(body)
-    _refuse_unsupported(body)
+    body = json_object(body)
+    _refuseunsupported(body)
     messages = _messages(body.get("messages"))
     max_tokens = _max_tokens(body, ("max_completion_tokens", "max_tokens"), None)
-    options = _options(body, grammar_limits) | {"logprobs": chat_logprobs_option(body)} | tool_options(body)
-    return Job("chat", *_stream(body), max_tokens=max_tokens, messages=messages, options=options)
+    options = request_options(body, grammar_limits) | {"logprobs": chat_logprobs_option(body)} | tool_options(body)
+    return Job("chat", *stream_fields(body), max_tokens=max_tokens, messages=messages, options=options)
 
 
 # -- fields -------------------------------------------------------------------------------
 
-def _object(body: object) -> dict[str, Any]:
-    if not isinstance(body, dict):
-        raise bad_request(f"the request body must be a JSON object, not {_json_type(body)}")
-    return body
-
-
-def _refuse_unsupported(body: dict[str, Any]) -> None:
-    n = _get(body, "n", int, default=1)
+def _refuseunsupported(body: dict[str, Any]) -> None:
+    n = get_field(body, "n", int, default=1)
     if n != 1:
-        raise _unsupported("n", f"n={n} (one choice per request; send several requests)")
-    if _get(body, "logit_bias", dict, default=None):
-        raise _unsupported("logit_bias", "logit_bias")
-    _get(body, "model", str, default=None)
-    _get(body, "user", str, default=None)
+        raise unsupported("n", f"n={n} (one choice per request; send several requests)")
+    if get_field(body, "logit_bias", dict, default=None):
+        raise unsupported("logit_bias", "logit_bias")
+    get_field(body, "model", str, default=None)
+    get_field(body, "user", str, default=None)
 
 
-def _unsupported(param: str, what: str) -> ApiError:
+def unsupported(param: str, what: str) -> ApiError:
+    """The 400 of a field asking for what this server does not do (code ``unsupported``)."""
     return bad_request(f"{what} is not supported by this server; leave {param} out", param=param,
                        code="unsupported")
 
 
-def _get(body: dict[str, Any], name: str, kind: type, *, default: Any) -> Any:
-    """body[name] checked against `kind` (int excludes bool, float accepts int); null -> default."""
-    value = body.get(name)
-    if value is None:
-        return default
-    ok = (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-          if kind is float else isinstance(value, kind) and not (kind is int and isinstance(value, bool)))
-    if not ok:
-        raise bad_request(f"{name} must be {_TYPE_NAMES[kind]}, not {_json_type(value)} {_short(value)}",
-                          param=name, code="invalid_type")
-    return float(value) if kind is float else value
-
-
-_TYPE_NAMES = {bool: "a boolean", int: "an integer", float: "a number", str: "a string", list: "an array",
-               dict: "an object"}
-
-
-def _json_type(value: object) -> str:
-    for kind, name in ((bool, "boolean"), (int, "integer"), (float, "number"), (str, "string"),
-                       (list, "array"), (dict, "object")):
-        if isinstance(value, kind):
-            return name
-    return "null" if value is None else type(value).__name__
-
-
-def _short(value: object) -> str:
-    text = repr(value)
-    return text if len(text) <= 40 else text[:37] + "..."
-
-
-def _stream(body: dict[str, Any]) -> tuple[bool, bool]:
-    stream = _get(body, "stream", bool, default=False)
-    stream_options = _get(body, "stream_options", dict, default={})
-    include_usage = _get(stream_options, "include_usage", bool, default=False)
+def stream_fields(body: dict[str, Any]) -> tuple[bool, bool]:
+    """(``stream``, whether a streamed answer ends with a ``usage`` chunk), checked."""
+    stream = get_field(body, "stream", bool, default=False)
+    stream_options = get_field(body, "stream_options", dict, default={})
+    include_usage = get_field(stream_options, "include_usage", bool, default=False)
     return stream, bool(stream and include_usage)
 
 
 def _max_tokens(body: dict[str, Any], names: tuple[str, ...], default: int | None) -> int | None:
     for name in names:
-        value = _get(body, name, int, default=None)
+        value = get_field(body, name, int, default=None)
         if value is not None:
             if value < 1:
                 raise bad_request(f"{name}={value} is invalid: ask for at least 1 token", param=name)
@@ -166,20 +151,24 @@ def _max_tokens(body: dict[str, Any], names: tuple[str, ...], default: int | Non
     return default
 
 
-def _options(body: dict[str, Any], grammar_limits: GrammarLimits) -> dict[str, Any]:
-    """``sampling`` and ``stop`` for ``stream_events``; ranges are checked by `Sampling`."""
+def request_options(body: dict[str, Any], grammar_limits: GrammarLimits) -> dict[str, Any]:
+    """``sampling`` and ``stop`` for ``stream_events``; ranges are checked by `Sampling`.
+
+    Raises:
+        ApiError: a 400 naming the field.
+    """
     options: dict[str, Any] = {}
     for name, option in _FLOAT_FIELDS.items():
-        value = _get(body, name, float, default=None)
+        value = get_field(body, name, float, default=None)
         if value is not None:
             options[option] = value
     if options.get("temp", 0.0) > 2.0:
         raise bad_request(f"temperature={options['temp']:g} is invalid: use 0 to 2", param="temperature")
     for name, option in _INT_FIELDS.items():
-        value = _get(body, name, int, default=None)
+        value = get_field(body, name, int, default=None)
         if value is not None:
             options[option] = value
-    grammar = response_format_grammar(body) or _get(body, "grammar", str, default=None)
+    grammar = request_grammar(body)
     if grammar is not None:
         options["grammar"] = grammar
     options = {"sampling": _sampling(options, grammar_limits)}
@@ -187,7 +176,7 @@ def _options(body: dict[str, Any], grammar_limits: GrammarLimits) -> dict[str, A
     if stop is not None:
         items = [stop] if isinstance(stop, str) else stop
         if not isinstance(items, list) or not all(isinstance(s, str) for s in items):
-            raise bad_request(f"stop must be a string or an array of strings, not {_json_type(stop)}",
+            raise bad_request(f"stop must be a string or an array of strings, not {json_type(stop)}",
                               param="stop", code="invalid_type")
         if len(items) > MAX_STOP:
             raise bad_request(f"stop has {len(items)} strings; send at most {MAX_STOP}", param="stop")
@@ -220,12 +209,12 @@ def _prompt(prompt: object, n_vocab: int) -> str | list[int]:
     if isinstance(prompt, list) and prompt and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
         bad = [t for t in prompt if not 0 <= t < n_vocab]
         if bad:
-            raise bad_request(f"prompt has token ids outside the vocabulary (0 to {n_vocab - 1}): {_short(bad)}",
+            raise bad_request(f"prompt has token ids outside the vocabulary (0 to {n_vocab - 1}): {short(bad)}",
                               param="prompt")
         return list(prompt)
     if isinstance(prompt, list) and len(prompt) > 1:
         raise bad_request("prompt holds several prompts; send one per request", param="prompt", code="unsupported")
-    raise bad_request(f"prompt must be a string or an array of token ids, not {_json_type(prompt)} {_short(prompt)}",
+    raise bad_request(f"prompt must be a string or an array of token ids, not {json_type(prompt)} {short(prompt)}",
                       param="prompt", code="invalid_type" if prompt is not None else "missing")
 
 
@@ -237,12 +226,12 @@ def _messages(messages: object) -> list[dict[str, str]]:
     for i, message in enumerate(messages):
         where = f"messages[{i}]"
         if not isinstance(message, dict):
-            raise bad_request(f"{where} must be an object, not {_json_type(message)}", param=where)
+            raise bad_request(f"{where} must be an object, not {json_type(message)}", param=where)
         role = message.get("role")
         if not isinstance(role, str) or not role:
             raise bad_request(f"{where}.role must be a non-empty string", param=f"{where}.role")
         if role not in ROLES:
-            raise bad_request(f"{where}.role {_short(role)} is not a role: use one of {', '.join(sorted(ROLES))}",
+            raise bad_request(f"{where}.role {short(role)} is not a role: use one of {', '.join(sorted(ROLES))}",
                               param=f"{where}.role", code="invalid_value")
         out.append({"role": role, "content": _content(message.get("content"), f"{where}.content")}
                    | message_fields(message, where))
@@ -262,5 +251,5 @@ def _content(content: object, where: str) -> str:
                                   param=where, code="unsupported")
             texts.append(part["text"])
         return "".join(texts)
-    raise bad_request(f"{where} must be a string or an array of text parts, not {_json_type(content)}",
+    raise bad_request(f"{where} must be a string or an array of text parts, not {json_type(content)}",
                       param=where, code="invalid_type")

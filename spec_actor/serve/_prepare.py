@@ -1,27 +1,29 @@
-"""A request body turned into a checked `Job` and its prompt's token ids, in a worker thread.
+"""A request body turned into a checked `Job` and its prompt's token ids (run it in a worker thread).
 
 Parsing JSON, checking a grammar, rendering a chat template and tokenizing
-are linear in the body but take milliseconds per megabyte or more: the event
-loop hands them to a thread (`prepare`), so that one large request never
-delays ``/health`` or another client's stream.
+are linear in the body but take milliseconds per megabyte or more: the
+handlers run `prepare_body` with `in_worker`, so that one large request
+never delays ``/health`` or another client's stream.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
-import trio
-
-from .._errors import PromptError, SpecActorError
+from .._errors import SpecActorError
 from .._model import Model
-from .._tools import RenderedChat, chat_prompt
+from .._tools import RenderedChat, chat_prompt, chat_text
 from ._body import parse_body
-from ._errors import api_error_for
+from ._errors import api_error_for, bad_request, context_exceeded
 from ._limits import ServeLimits
-from ._params import Job, parse_chat, parse_completion
+from ._native import parse_native
+from ._params import Job, Kind, parse_chat, parse_completion
+from ._tokens import mixed_tokens
 
-__all__ = ["Prepared", "prepare"]
+__all__ = ["Prepared", "chat_template_text", "count_chat_tokens", "prepare_body"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,46 +38,81 @@ class Prepared:
     """A chat rendered by its Jinja template: how to parse its reply (tool calls)."""
 
 
-async def prepare(kind: Literal["completion", "chat"], data: bytes, model: Model, n_ctx: int,
-                  limits: ServeLimits, limiter: trio.CapacityLimiter, chat_template: str | None = None) -> Prepared:
-    """Check and tokenize the body ``data`` of a ``kind`` request in a worker thread of ``limiter``.
+def prepare_body(kind: Kind, data: bytes, model: Model, n_ctx: int,
+                 limits: ServeLimits, chat_template: str | None = None) -> Prepared:
+    """Check and tokenize the body ``data`` of a ``kind`` request (thread-safe, bounded by ``limits``).
 
     Raises:
-        ApiError: a 400 naming the field or the limit.
-
-    **Cancellation**: abandons the thread's result; the thread finishes its
-    (bounded) work on its own.
+        ApiError: a 400 naming the field or the limit; a prompt of ``n_ctx``
+            tokens or more is `context_exceeded`.
     """
-    return await trio.to_thread.run_sync(_prepare, kind, data, model, n_ctx, limits, chat_template, limiter=limiter,
-                                         abandon_on_cancel=True)
-
-
-def _prepare(kind: Literal["completion", "chat"], data: bytes, model: Model, n_ctx: int,
-             limits: ServeLimits, chat_template: str | None = None) -> Prepared:
     body = parse_body(data, limits.body)
     if kind == "chat":
         job = parse_chat(body, limits.grammar)
+    elif kind == "native":
+        job = parse_native(body, model.info.n_vocab, limits.grammar)
     else:
         job = parse_completion(body, model.info.n_vocab, limits.grammar)
-    try:
+    prompt_param = "messages" if job.kind == "chat" else "prompt"  # a chat's prompt is its messages
+    with _as_api_error(prompt_param):
         tokens, options, rendered = _tokens(job, model, chat_template)
-        if len(tokens) >= n_ctx:
-            raise PromptError(f"the prompt is {len(tokens)} tokens long and the server's context holds "
-                              f"{n_ctx}; send a shorter prompt")
+    if not tokens:
+        raise bad_request("prompt is empty; send some text or token ids", param="prompt")
+    if len(tokens) >= n_ctx:
+        raise context_exceeded(len(tokens), n_ctx, prompt_param)
+    return Prepared(job, tokens, options, rendered)
+
+
+def chat_template_text(data: bytes, model: Model, limits: ServeLimits, chat_template: str | None = None) -> str:
+    """The prompt text a chat body renders to (llama-server's ``/apply-template``), control tokens as text.
+
+    Raises:
+        ApiError: a 400 naming the field, as for a chat completion.
+    """
+    job = parse_chat(parse_body(data, limits.body), limits.grammar)
+    options = dict(job.options)
+    with _as_api_error("messages"):
+        return chat_text(model, job.messages, template=chat_template, jinja=chat_template is not None,
+                         **_tool_fields(options))
+
+
+def count_chat_tokens(data: bytes, model: Model, limits: ServeLimits, chat_template: str | None = None) -> int:
+    """The prompt tokens of a chat body, as a chat completion would run it (``/chat/completions/input_tokens``).
+
+    Raises:
+        ApiError: a 400 naming the field, as for a chat completion.
+    """
+    job = parse_chat(parse_body(data, limits.body), limits.grammar)
+    with _as_api_error("messages"):
+        return len(_tokens(job, model, chat_template)[0])
+
+
+@contextmanager
+def _as_api_error(prompt_param: str) -> Iterator[None]:
+    """The library's errors as `ApiError`; one about the prompt names ``prompt_param``."""
+    try:
+        yield
     except SpecActorError as exc:
         error = api_error_for(exc)
-        if job.kind == "chat" and error.param == "prompt":
-            error.param = "messages"  # a chat's prompt is its messages
+        if error.param == "prompt":
+            error.param = prompt_param
         raise error from None
-    return Prepared(job, tokens, options, rendered)
+
+
+def _tool_fields(options: dict[str, Any]) -> dict[str, Any]:
+    """The tool fields taken out of a chat job's ``options``, for `chat_prompt`."""
+    return {k: options.pop(k) for k in ("tools", "tool_choice", "parallel_tool_calls") if k in options}
 
 
 def _tokens(job: Job, model: Model, chat_template: str | None) -> tuple[list[int], dict[str, Any], RenderedChat | None]:
     options = dict(job.options)
     if job.kind == "chat":
-        tools = {k: options.pop(k) for k in ("tools", "tool_choice", "parallel_tool_calls") if k in options}
         return chat_prompt(model, job.messages, options, template=chat_template, jinja=chat_template is not None,
-                           **tools)
+                           **_tool_fields(options))
+    if job.kind == "native":  # as llama-server tokenizes it: control-token text parsed
+        tokens = mixed_tokens(model.tokenizer, model.info.n_vocab, job.prompt, "prompt", add_special=True,
+                              parse_special=True)
+        return tokens, options, None
     if isinstance(job.prompt, str):
         return model.tokenizer.encode(job.prompt, add_special=True, parse_special=False), options, None
     return list(job.prompt or ()), options, None

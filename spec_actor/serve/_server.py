@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import logging
 import socket
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, final
@@ -21,6 +21,7 @@ from .._tools import check_template
 from .._errors import ConfigError
 from .._validate import check_int
 from ._app import App, ServerState
+from ._cors import check_origins
 from ._limits import ServeLimits
 from ._metrics import ServerMetrics
 
@@ -84,7 +85,7 @@ async def open_server(model: Model, *, host: str = "127.0.0.1", port: int = 8080
                       spec: Spec | str | None = None, api_key: str | None = None, n_ctx: int = 4096,
                       max_queue: int = 16, max_body: int = DEFAULT_MAX_BODY, model_name: str | None = None,
                       limits: ServeLimits | None = None, chat_template: str | None = None,
-                      **context_options: Any) -> AsyncIterator[Server]:
+                      cors_origins: Sequence[str] = (), **context_options: Any) -> AsyncIterator[Server]:
     """Serve ``model`` over HTTP with OpenAI's API until the block is left or `Server.stop` is called.
 
     Args:
@@ -92,7 +93,8 @@ async def open_server(model: Model, *, host: str = "127.0.0.1", port: int = 8080
         host, port: Where to listen; port 0 lets the OS choose (see `Server.url`).
         pool: Actors, so requests that run at once (each has its own context).
         spec: Speculative decoding of every actor; None for the library's default.
-        api_key: When set, ``/v1/*`` requests must send ``Authorization: Bearer KEY``.
+        api_key: When set, every route but ``/health`` and ``/metrics`` needs it, sent as
+            ``Authorization: Bearer KEY`` or ``X-Api-Key: KEY``.
         n_ctx: Context size of each actor; a prompt must be shorter.
         max_queue: Requests that may wait per actor; past that, a 429.
         max_body: Largest request body in bytes; past that, a 413.
@@ -102,6 +104,10 @@ async def open_server(model: Model, *, host: str = "127.0.0.1", port: int = 8080
         chat_template: Jinja chat template text for every chat instead of the GGUF's
             own (as llama-server's ``--chat-template-file``); needed for tools on a
             GGUF without a template.
+        cors_origins: Web origins (``https://app.example``) whose pages may call the
+            server from a browser, ``"*"`` for any; empty (the default): none, since
+            any page a browser opens could otherwise reach a server on loopback
+            (docs/server-compatibility.md, "CORS").
         context_options: n_threads, n_batch, ... for `open_pool`.
 
     Raises:
@@ -120,6 +126,7 @@ async def open_server(model: Model, *, host: str = "127.0.0.1", port: int = 8080
         raise ConfigError(f"limits={limits!r} is invalid: expected a spec_actor.serve.ServeLimits")
     if chat_template is not None:
         check_template(model, chat_template)
+    origins = check_origins(cors_origins)
     pool_options = dict(context_options, size=pool, n_ctx=n_ctx, max_queue=max_queue)
     if spec is not None:
         pool_options["spec"] = spec
@@ -134,7 +141,7 @@ async def open_server(model: Model, *, host: str = "127.0.0.1", port: int = 8080
                     # The listener owns the socket from here: when it stops listening (at
                     # shutdown), the socket closes and new connections are refused.
                     await nursery.start(functools.partial(
-                        state.connections.serve, App(state), _config(), sock, state.stopping, limits.shutdown_timeout))
+                        state.connections.serve, App(state, cors_origins=origins), _config(), sock, state.stopping, limits.shutdown_timeout))
                     try:
                         yield Server(state, url)
                     finally:

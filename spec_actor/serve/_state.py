@@ -71,3 +71,8 @@ class ServerState:
     """Jinja chat template text used instead of the GGUF's (llama-server's --chat-template-file); None: the GGUF's."""
     created: int = field(default_factory=lambda: int(time.time()))
     """When the server started (Unix time), the models' ``created``."""
+
+    @property
+    def n_ctx(self) -> int:
+        """The context of each sequence of the pool, in tokens; a prompt must be shorter."""
+        return self.pool.actors[0].n_ctx

@@ -1,10 +1,12 @@
-"""``response_format``: structured output as a grammar from the request's JSON schema.
+"""Structured output: the grammar of a request's ``response_format``, ``json_schema`` or ``grammar``.
 
 OpenAI's shapes: ``{"type": "text"}``, ``{"type": "json_object"}`` and
 ``{"type": "json_schema", "json_schema": {"name", "schema", "strict"}}``;
-llama-server's ``{"type": "json_object", "schema": {...}}`` is accepted too.
+llama-server's ``{"type": "json_object", "schema": {...}}`` is accepted too,
+and so is its top-level ``json_schema`` (a schema; ``{}`` is any object).
 Strict or not, the output is constrained to the schema (a grammar cannot
-half-follow one).
+half-follow one). A request may send one of ``grammar``, ``json_schema``
+and a ``response_format`` other than text.
 """
 
 from __future__ import annotations
@@ -14,10 +16,33 @@ from typing import Any
 from .._errors import GrammarError
 from .._json_schema import JSON_OBJECT_SCHEMA, schema_grammar
 from ._errors import bad_request
+from ._fields import get_field, json_type
 
-__all__ = ["response_format_grammar"]
+__all__ = ["request_grammar", "response_format_grammar"]
 
 _TYPES = ("text", "json_object", "json_schema")
+
+
+def request_grammar(body: dict[str, Any]) -> str | None:
+    """The GBNF grammar a request asks for with ``response_format``, ``json_schema`` or ``grammar``; None: none.
+
+    Raises:
+        ApiError: a 400 naming the field, as `response_format_grammar`, or
+            for a ``json_schema`` that is not an object or cannot be converted.
+    """
+    schema = body.get("json_schema")
+    if schema is None:
+        return response_format_grammar(body) or get_field(body, "grammar", str, default=None)
+    if body.get("grammar") is not None or response_format_grammar(body) is not None:
+        raise bad_request("send one of grammar, json_schema and response_format, not several", param="json_schema")
+    if not isinstance(schema, dict):
+        raise bad_request(f"json_schema must be a JSON schema object, not {json_type(schema)}", param="json_schema",
+                          code="invalid_type")
+    try:
+        return schema_grammar(schema or JSON_OBJECT_SCHEMA)  # as llama-server: {} is any object
+    except GrammarError as exc:
+        message = exc.message if exc.message.startswith("json_schema") else f"json_schema: {exc.message}"
+        raise bad_request(message, param="json_schema", code="invalid_json_schema") from None
 
 
 def response_format_grammar(body: dict[str, Any]) -> str | None:

@@ -1,0 +1,22 @@
+"""The operational routes, open without an API key: ``GET /health`` and ``GET /metrics``."""
+
+from __future__ import annotations
+
+from ._errors import shutting_down
+from ._http import Exchange
+from ._metrics import CONTENT_TYPE
+from ._state import ServerState
+
+__all__ = ["health", "metrics"]
+
+
+async def health(exchange: Exchange, state: ServerState) -> None:
+    """``GET /health``: 200 while serving, 503 once stopping."""
+    if state.stopping.is_set():
+        raise shutting_down()
+    await exchange.send_json(200, {"status": "ok"})
+
+
+async def metrics(exchange: Exchange, state: ServerState) -> None:
+    """``GET /metrics``: Prometheus text (`ServerMetrics`)."""
+    await exchange.send_bytes(200, state.metrics.render(), [(b"content-type", CONTENT_TYPE.encode())])

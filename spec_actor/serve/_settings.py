@@ -1,0 +1,53 @@
+"""llama-server's ``generation_settings``: a request's sampling as its ``/completion`` and ``/props`` show it.
+
+The names and the fields are llama-server's (``task_params::to_json``).
+Samplers this server does not have (DRY, XTC, typical-p, top-n-sigma,
+dynamic temperature, Mirostat) are reported at the values that turn them
+off, which is how they run here. ``samplers`` is llama.cpp's default chain,
+the one the native sampler builds (``common_sampler_init``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .._sampling import Sampling
+
+__all__ = ["OFF", "SAMPLERS", "generation_settings"]
+
+SAMPLERS = ("penalties", "dry", "top_n_sigma", "top_k", "typ_p", "top_p", "min_p", "xtc", "temperature")
+"""llama.cpp's default sampler chain, in order: what every request here runs."""
+
+OFF = {"dynatemp_range": 0.0, "dynatemp_exponent": 1.0, "top_n_sigma": -1.0, "xtc_probability": 0.0,
+       "xtc_threshold": 0.1, "typical_p": 1.0, "dry_multiplier": 0.0, "dry_base": 1.75, "dry_allowed_length": 2,
+       "dry_penalty_last_n": 64, "mirostat": 0, "mirostat_tau": 5.0, "mirostat_eta": 0.1, "adaptive_target": -1.0,
+       "adaptive_decay": 0.9, "n_keep": 0,
+       "n_discard": 0, "ignore_eos": False, "min_keep": 0, "timings_per_token": False,
+       "post_sampling_probs": False}
+"""llama-server's fields of samplers and options this server does not have, at the values that turn them off."""
+
+
+def generation_settings(sampling: Sampling, *, n_predict: int = -1, stream: bool = False, n_probs: int = 0,
+                        stop: list[str] | None = None, speculative_type: str = "none") -> dict[str, Any]:
+    """The ``generation_settings`` of a request run with ``sampling`` (``n_predict`` -1: no limit)."""
+    return {
+        "seed": sampling.seed,
+        "temperature": sampling.temp,
+        "top_k": sampling.top_k,
+        "top_p": sampling.top_p,
+        "min_p": sampling.min_p,
+        "repeat_last_n": sampling.penalty_last_n,
+        "repeat_penalty": sampling.repeat_penalty,
+        "presence_penalty": sampling.presence_penalty,
+        "frequency_penalty": sampling.frequency_penalty,
+        **OFF,
+        "max_tokens": n_predict,
+        "n_predict": n_predict,
+        "stream": stream,
+        "n_probs": n_probs,
+        "stop": list(stop or ()),
+        "grammar": sampling.grammar or "",
+        "samplers": list(SAMPLERS),
+        "speculative.type": speculative_type,
+        "lora": [],
+    }
