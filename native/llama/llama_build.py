@@ -1,13 +1,14 @@
 """Obtain llama.cpp source and build it once per (source, flags) into a cache.
 
-Run by CMake at configure time (see ../CMakeLists.txt); usable by hand too:
+Run by CMake at configure time (see ../../CMakeLists.txt); usable by hand too:
 
-    python native/llama_build.py --print-prefix
+    python native/llama/llama_build.py
 
 Source, in order of preference:
-  1. ``SPEC_ACTOR_LLAMA_CPP_DIR``: a local llama.cpp checkout;
+  1. ``SPEC_ACTOR_LLAMA_CPP_DIR``: a local llama.cpp checkout, built as it is;
   2. the ``vendor/llama.cpp`` tree of the PyPI source distribution
-     ``llama-cpp-python==0.3.36``, fetched with pip into the cache.
+     ``llama-cpp-python==0.3.36``, fetched with pip into the cache, with the
+     patches of ``patches/`` applied to a copy of it (llama_patches.py).
 
 The build lands in ``$SPEC_ACTOR_CACHE_DIR`` (default
 ``~/.cache/spec_actor``) under a key made of the source hash, the CMake flags
@@ -212,15 +213,20 @@ def resolve_source(root: Path) -> tuple[Path, str]:
         if not (src / "include" / "llama.h").is_file():
             raise SystemExit(f"SPEC_ACTOR_LLAMA_CPP_DIR={local} is not a llama.cpp tree (no include/llama.h)")
         return src, "local-" + tree_fingerprint(src)
+    pristine, sha = pristine_source(root)
+    patches = llama_patches.fingerprint()
+    return patched_copy(pristine, root / f"src-{sha[:16]}-patched-{patches}"), f"sdist-{sha}+patches-{patches}"
+
+
+def pristine_source(root: Path) -> tuple[Path, str]:
+    """The llama-cpp-python sdist's ``vendor/llama.cpp``, unpacked once under root, and the sdist's sha256."""
     sdist = fetch_sdist(root / "sdist")
     sha = file_sha256(sdist)
-    pristine = extract_vendor_tree(sdist, root / f"src-{sha[:16]}")
-    edits = llama_patches.fingerprint()
-    return patched_copy(pristine, root / f"src-{sha[:16]}-patched-{edits}"), f"sdist-{sha}+patches-{edits}"
+    return extract_vendor_tree(sdist, root / f"src-{sha[:16]}"), sha
 
 
 def patched_copy(pristine: Path, dest: Path) -> Path:
-    """dest: a copy of the unpacked tree with llama_patches' edits made (once; idempotent)."""
+    """dest: a copy of the unpacked tree with the patches of native/llama/patches/ applied (once; idempotent)."""
 
     def copy_and_edit(tmp: Path) -> Path:
         tree = tmp / "llama.cpp"
