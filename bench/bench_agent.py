@@ -29,7 +29,7 @@ from _common import Report, Table, Target, add_report_options
 import spec_actor
 from spec_actor import Done, Eog, open_actor
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "native"))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "native" / "llama"))
 
 TOOLS = [
     {"type": "function", "function": {

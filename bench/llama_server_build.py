@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent / "native"))
+sys.path.insert(0, str(HERE.parent / "native" / "llama"))
 
 import llama_build  # noqa: E402
 

@@ -8,7 +8,7 @@
 #   scripts/sanitize.sh --build-only     # only build (and cache) the sanitized libraries
 #   scripts/sanitize.sh --shim-only ...  # sanitize only the shim (see below); combines with the above
 #
-# - llama.cpp is built by native/llama_build.py as usual: the sanitizer flags
+# - llama.cpp is built by native/llama/llama_build.py as usual: the sanitizer flags
 #   travel in CMAKE_ARGS, which is part of its cache key, so the sanitized build
 #   is cached beside the normal one (~/.cache/spec_actor/llama-<key>) and built
 #   only once. The shim gets the same flags from CMAKE_ARGS via scikit-build-core.

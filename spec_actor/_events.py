@@ -1,7 +1,7 @@
 """Generation events and the decoder of native msgpack event batches.
 
 The native loop hands over one msgpack batch per step (schema in
-``native/spec_actor.h``). `BatchDecoder.decode` validates a batch and returns
+``native/abi/spec_actor.h``). `BatchDecoder.decode` validates a batch and returns
 `RawToken` tuples for tokens (the session turns their bytes into text with a
 UTF-8 stream decoder) and finished `Stats`, `Done`, `Eog` and `Error` events
 for the rest.

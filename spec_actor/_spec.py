@@ -25,7 +25,7 @@ draft only what a step asks for (draft-simple and the n-gram types)."""
 _NGRAM_MAX = 1024  # the range llama.cpp's command line accepts for n-gram sizes
 
 # Canonical name -> default n_draft, from the shim's one table of speculative
-# types (native/spec_types.cpp). The names are llama.cpp's. Model drafts (a
+# types (native/draft/spec_types.cpp). The names are llama.cpp's. Model drafts (a
 # draft model, EAGLE3, MTP, DFlash) default to 3 tokens: each costs a forward
 # pass of the drafter. N-gram lookups are nearly free: 8. "auto"'s n_draft is
 # the ceiling of its online choice (docs/decisions/0024).

@@ -203,7 +203,7 @@ class StatsSnapshot:
     def from_map(cls, d: Mapping[str, Any]) -> StatsSnapshot:
         """Build a snapshot from the stats map of a native event.
 
-        The keys are those of the event schema in ``native/spec_actor.h``
+        The keys are those of the event schema in ``native/abi/spec_actor.h``
         (`nif.schema.STATS_MAP_KEYS`), all required; ``running`` is False.
         Float fields accept ints too.
 

@@ -1,4 +1,4 @@
-"""The per-position acceptance model that Spec("auto") keeps for each drafter (native/adaptive.h).
+"""The per-position acceptance model that Spec("auto") keeps for each drafter (native/draft/adaptive.h).
 
 Expected tokens are derived here by hand from the model's definition
 (decayed counts with a prior behind each position) and compared with the

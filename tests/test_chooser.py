@@ -1,4 +1,4 @@
-"""auto's chooser alone (choose_offer in native/adaptive.h), given offers and a fixed step cost.
+"""auto's chooser alone (choose_offer in native/draft/adaptive.h), given offers and a fixed step cost.
 
 The answers are worked out here by hand from the chooser's definition: the
 best expected tokens per microsecond, expected[n] / (cost[n] + draft_us +

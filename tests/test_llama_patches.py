@@ -1,21 +1,24 @@
-"""The edits spec_actor makes to llama.cpp's source (native/llama_patches.py, decisions 0085, 0086, 0088-0090, 0092-0094).
+"""The edits spec_actor makes to llama.cpp's source: native/llama/patches/ (decisions 0085, 0086, 0088-0090, 0092-0094, 0096).
 
-The build must make every edit in the tree it compiles, and refuse a tree
-where a passage to replace is missing or ambiguous rather than build an
-unpatched library under the patched cache key.
+The build must apply every patch to the tree it compiles, and refuse a tree
+where a hunk's lines are not exactly where the patch says rather than build
+an unpatched library under the patched cache key.
 """
 
 from __future__ import annotations
 
+import difflib
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "native"))
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "native" / "llama"))
 import llama_build  # noqa: E402
 import llama_patches  # noqa: E402
 
@@ -28,49 +31,103 @@ def _built_source() -> Path:
     return Path((_prefix() / "source-dir.txt").read_text().strip())
 
 
-def test_the_built_tree_carries_every_edit_and_its_stamp():
+def _touched() -> list[str]:
+    """The files of llama.cpp that some patch changes."""
+    return list(dict.fromkeys(fp.path for path in llama_patches.patch_files()
+                              for fp in llama_patches.parse(path.read_text(), path.name)))
+
+
+def _pristine_copy(dest: Path) -> Path:
+    """dest holding a copy of every file the patches touch, as the pinned source has it."""
+    pristine, _sha = llama_build.pristine_source(llama_build.cache_root())
+    for rel in _touched():
+        (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(pristine / rel, dest / rel)
+    return dest
+
+
+def test_the_built_tree_is_the_pinned_source_with_every_patch_applied(tmp_path):
     source = _built_source()
-    for edit in llama_patches.EDITS:
-        text = (source / edit.path).read_text()
-        assert edit.after in text, edit.path
+    tree = _pristine_copy(tmp_path)
+    llama_patches.apply(tree)
+    pristine, _sha = llama_build.pristine_source(llama_build.cache_root())
+    assert len(_touched()) >= 10
+    for rel in _touched():
+        assert (tree / rel).read_bytes() == (source / rel).read_bytes() != (pristine / rel).read_bytes(), rel
     assert (source / ".patched").read_text() == llama_patches.fingerprint()
 
 
-def _tree(tmp_path: Path, texts: dict[str, str]) -> Path:
-    for rel, text in texts.items():
-        path = tmp_path / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-    return tmp_path
+def test_git_apply_makes_the_same_files(tmp_path):
+    # the patch files are ordinary patches: a developer may make and check
+    # them with git (not at build time: decision 0096)
+    ours = _pristine_copy(tmp_path / "ours")
+    llama_patches.apply(ours)
+    theirs = _pristine_copy(tmp_path / "git")
+    for patch in llama_patches.patch_files():
+        subprocess.run(["git", "apply", str(patch)], cwd=theirs, check=True, capture_output=True)
+    for rel in _touched():
+        assert (theirs / rel).read_bytes() == (ours / rel).read_bytes(), rel
 
 
-def _paths() -> list[str]:
-    return list(dict.fromkeys(e.path for e in llama_patches.EDITS))
+def test_every_patch_says_why_and_names_its_record():
+    names = [path.name for path in llama_patches.patch_files()]
+    assert [name[:5] for name in names] == [f"{i:04d}-" for i in range(1, len(names) + 1)] and len(names) >= 7
+    for path in llama_patches.patch_files():
+        header = path.read_text().split("\n--- a/", 1)[0]
+        records = re.findall(r"docs/decisions/\d{4}-[\w-]+\.md", header)
+        assert len(header.splitlines()) >= 5 and (records or "issue " in header), path.name
+        assert all((REPO / record).is_file() for record in records), path.name
 
 
-def test_apply_makes_each_edit_once(tmp_path):
-    def text(rel: str, side: str) -> str:
-        return "head\n" + "".join(getattr(e, side) for e in llama_patches.EDITS if e.path == rel) + "tail\n"
-
-    tree = _tree(tmp_path, {rel: text(rel, "before") for rel in _paths()})
-    llama_patches.apply(tree)
-    for rel in _paths():
-        assert (tree / rel).read_text() == text(rel, "after"), rel
+def _patch(folder: Path, name: str, rel: str, before: str, after: str) -> None:
+    folder.mkdir(exist_ok=True)
+    diff = difflib.unified_diff(before.splitlines(keepends=True), after.splitlines(keepends=True),
+                                f"a/{rel}", f"b/{rel}", n=3)
+    (folder / name).write_text("why: a test\n\n" + "".join(diff))
 
 
-@pytest.mark.parametrize("copies", [0, 2])
-def test_apply_refuses_a_tree_without_exactly_one_passage(tmp_path, copies):
-    first = llama_patches.EDITS[0]
-    tree = _tree(tmp_path, {first.path: "head\n" + first.before * copies + "tail\n"})
-    with pytest.raises(SystemExit, match=f"{copies} times, not once"):
-        llama_patches.apply(tree)
+def _numbered(n: int, changed: dict[int, str] | None = None) -> str:
+    return "".join((changed or {}).get(i, f"line {i}\n") for i in range(1, n + 1))
 
 
-def test_the_fingerprint_follows_the_edits(monkeypatch):
-    before = llama_patches.fingerprint()
-    changed = llama_patches.Edit("x", "a", "b")
-    monkeypatch.setattr(llama_patches, "EDITS", llama_patches.EDITS + (changed,))
-    assert llama_patches.fingerprint() != before
+def test_apply_makes_each_patch_in_the_order_of_their_names(tmp_path):
+    patches = tmp_path / "patches"
+    _patch(patches, "0001-a.patch", "src/x.c", _numbered(20), _numbered(20, {5: "five\n", 15: "fifteen\n"}))
+    # written against the tree that 0001 leaves
+    _patch(patches, "0002-b.patch", "src/x.c", _numbered(20, {5: "five\n", 15: "fifteen\n"}),
+           _numbered(20, {5: "five\nand a half\n", 15: "fifteen\n"}))
+    (tmp_path / "tree" / "src").mkdir(parents=True)
+    (tmp_path / "tree" / "src" / "x.c").write_text(_numbered(20))
+    llama_patches.apply(tmp_path / "tree", patches)
+    assert (tmp_path / "tree" / "src" / "x.c").read_text() == _numbered(20, {5: "five\nand a half\n",
+                                                                              15: "fifteen\n"})
+
+
+@pytest.mark.parametrize(("tree_text", "error"), [
+    (_numbered(20, {3: "line three\n"}), r"0001-a.patch: src/x.c does not hold hunk 1's lines at line 2 "),
+    ("line 0\n" + _numbered(20), r"does not hold hunk 1's lines at line 2 "),  # moved by a line: no offset
+    (_numbered(20, {16: "changed\n"}), r"does not hold hunk 2's lines at line 12 "),
+    (None, r"0001-a.patch: the tree has no src/x.c"),
+])
+def test_apply_refuses_a_tree_the_patch_was_not_written_for(tmp_path, tree_text, error):
+    patches = tmp_path / "patches"
+    _patch(patches, "0001-a.patch", "src/x.c", _numbered(20), _numbered(20, {5: "five\n", 15: "fifteen\n"}))
+    (tmp_path / "tree" / "src").mkdir(parents=True)
+    if tree_text is not None:
+        (tmp_path / "tree" / "src" / "x.c").write_text(tree_text)
+    with pytest.raises(SystemExit, match=error):
+        llama_patches.apply(tmp_path / "tree", patches)
+
+
+def test_the_fingerprint_follows_the_patch_files(tmp_path):
+    folder = Path(shutil.copytree(llama_patches.PATCHES, tmp_path / "patches"))
+    assert llama_patches.fingerprint(folder) == llama_patches.fingerprint()
+    first = llama_patches.patch_files(folder)[0]
+    first.write_bytes(first.read_bytes() + b" ")
+    changed = llama_patches.fingerprint(folder)
+    assert changed != llama_patches.fingerprint()
+    first.rename(folder / "0000-renamed.patch")
+    assert llama_patches.fingerprint(folder) not in (changed, llama_patches.fingerprint())
 
 
 # Double-precision reference against ggml's flash attention. The tiled GEMM

@@ -98,7 +98,7 @@ def test_native_params_without_grammar_pack_null_and_default_seed():
 @pytest.mark.parametrize("spec", ["none", "ngram-simple"])
 def test_greedy_by_argmax_equals_the_sampler_chain(gemma, spec):
     # Greedy runs without a grammar or penalties pick by argmax over the
-    # logits instead of llama.cpp's sampler chain (native/sampler.h). The
+    # logits instead of llama.cpp's sampler chain (native/engine/sampler.h). The
     # chain at a temperature of 1e-6 keeps only the top token unless two
     # logits are within about 1e-5 of each other, so both must give the
     # same tokens; a near-tie between them would show as a difference.

@@ -8,7 +8,7 @@ from spec_actor._spec import AUTO_N_DRAFT_CEILING, SPEC_TYPES, Spec
 from spec_actor.nif._pack import new_struct
 from spec_actor.nif.schema import SPEC_TYPE_IDS
 
-HEADER = Path(__file__).resolve().parents[1] / "native" / "spec_actor.h"
+HEADER = Path(__file__).resolve().parents[1] / "native" / "abi" / "spec_actor.h"
 ffi = cffi.FFI()
 ffi.cdef(HEADER.read_text().split("/* CDEF-BEGIN */")[1].split("/* CDEF-END */")[0])
 SA_SPEC = ffi.typeof("sa_spec_type").relements  # enum name -> value

@@ -1,4 +1,4 @@
-"""Auto's splice lookup (native/splice_lookup.cpp): a value's rest, then the record's seam.
+"""Auto's splice lookup (native/draft/splice_lookup.cpp): a value's rest, then the record's seam.
 
 Output that repeats a record around values copied from the prompt (JSON
 extraction: `{"name": "Tom Becker", "role": ...}`) has two parts no other

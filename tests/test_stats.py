@@ -8,7 +8,7 @@ from spec_actor._errors import EventDecodeError
 from spec_actor._stats import NATIVE_FIELDS, StatsSnapshot, Timings, sum_snapshots
 from spec_actor.nif import schema
 
-HEADER = Path(__file__).resolve().parents[1] / "native" / "spec_actor.h"
+HEADER = Path(__file__).resolve().parents[1] / "native" / "abi" / "spec_actor.h"
 ffi = cffi.FFI()
 ffi.cdef(HEADER.read_text().split("/* CDEF-BEGIN */")[1].split("/* CDEF-END */")[0])
 

@@ -1,7 +1,7 @@
 """Live statistics read from another thread are consistent snapshots.
 
 The native loop updates many counters per step; a reader polling as fast as
-it can must never see a half-applied step (see native/stats.h).
+it can must never see a half-applied step (see native/report/stats.h).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Auto's text lookup (native/text_lookup.cpp): drafts by matching characters, not tokens.
+"""Auto's text lookup (native/draft/text_lookup.cpp): drafts by matching characters, not tokens.
 
 A prompt's words come back in the output split into other tokens: a name
 the prompt has after a space, the output writes after a quote. The lookup

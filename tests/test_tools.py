@@ -36,7 +36,7 @@ import spec_actor
 from spec_actor._tools import ReplyDiffer, parse_reply, render_jinja
 from spec_actor.testing import tiny_models
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "native"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "native" / "llama"))
 import llama_build  # noqa: E402
 
 

@@ -1,4 +1,4 @@
-"""Greedy verification's argmax over a row of logits (native/vec_argmax.cpp).
+"""Greedy verification's argmax over a row of logits (native/engine/vec_argmax.cpp).
 
 The native routine finds a row's maximum in blocks with the widest SIMD max
 the CPU has, then the first index holding it. Its answer must be exactly

@@ -1,6 +1,6 @@
 """cffi build script: the API-mode extension ``spec_actor.nif._native``.
 
-The C declarations come from ``native/spec_actor.h`` (between its CDEF
+The C declarations come from ``native/abi/spec_actor.h`` (between its CDEF
 markers), so the header is the single source of truth for the ABI. CMake runs
 ``python _build.py --emit OUT.c`` and compiles OUT.c together with the shim.
 """
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import cffi
 
-HEADER = Path(__file__).resolve().parents[2] / "native" / "spec_actor.h"
+HEADER = Path(__file__).resolve().parents[2] / "native" / "abi" / "spec_actor.h"
 
 # Called by the native loop once per step with a msgpack batch of events.
 CALLBACKS = """
@@ -29,7 +29,7 @@ def cdef_text(header: Path = HEADER) -> str:
 def make_ffi() -> cffi.FFI:
     ffi = cffi.FFI()
     ffi.cdef(cdef_text() + CALLBACKS)
-    ffi.set_source("spec_actor.nif._native", '#include "spec_actor.h"')
+    ffi.set_source("spec_actor.nif._native", '#include "abi/spec_actor.h"')
     return ffi
 
 

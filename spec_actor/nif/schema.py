@@ -1,6 +1,6 @@
 """The event and statistics schema, read once from the compiled library.
 
-``native/spec_actor.h`` is the one source: its integer ``#define``\\ s, enum
+``native/abi/spec_actor.h`` is the one source: its integer ``#define``\\ s, enum
 members and the fields of ``sa_stats`` reach Python through cffi, and the
 stats map keys through ``sa_stats_map_key``. Nothing here is typed twice.
 """
@@ -88,7 +88,7 @@ SPEC_TYPE_IDS: dict[str, int] = _spec_type_ids()
 
 @dataclass(frozen=True)
 class SpecFacts:
-    """One row of the shim's table of speculative types (native/spec_types.cpp)."""
+    """One row of the shim's table of speculative types (native/draft/spec_types.cpp)."""
 
     draft_context: bool
     """Drafts with a second context: a draft model, EAGLE-3, MTP or DFlash."""

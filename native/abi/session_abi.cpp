@@ -1,0 +1,185 @@
+// The C ABI of sessions: create, run, cancel, statistics (see spec_actor.h).
+#include "session/checks.h"
+#include "engine/engine.h"
+#include "engine/sampler.h"
+#include "session/session.h"
+
+#include "common.h"
+
+#include <cstdio>
+#include <string>
+#include <memory>
+
+using namespace sa;
+
+namespace {
+
+void print_prefix_stats(const sa_session & s) {
+    sa_stats total;
+    s.stats.read(0, &total);
+    sa_prefix_usage u;
+    s.prefix.usage(&u);
+    std::fprintf(stderr, "prefix cache: %s, %llu of %llu prompt tokens reused, %lld tokens held",
+                 s.prefix.enabled.load() ? "on" : "off", (unsigned long long) total.prompt_reused,
+                 (unsigned long long) total.prompt_tokens, (long long) u.tokens);
+    if (needs_checkpoints(s)) {
+        std::fprintf(stderr, ", %lld checkpoints (%.2f MiB; %lld saved in %.1f ms, %lld restored in %.1f ms)",
+                     (long long) u.checkpoints, (double) u.checkpoint_bytes / (1 << 20), (long long) u.saves,
+                     (double) u.save_us / 1000.0, (long long) u.restores, (double) u.restore_us / 1000.0);
+    }
+    std::fprintf(stderr, "\n");
+}
+
+}  // namespace
+
+extern "C" {
+
+sa_status sa_session_new(sa_model * model, const sa_context_params * cparams, const sa_spec_params * sparams, sa_session ** out) {
+    if (model == nullptr || cparams == nullptr || sparams == nullptr || out == nullptr) {
+        return fail(SA_ERR_INVALID_ARG, "sa_session_new: null argument");
+    }
+    *out = nullptr;
+    if (model->vocab_only) return fail(SA_ERR_INVALID_ARG, "the model was loaded with vocab_only=True; it can tokenize but not generate");
+    sa_status st = validate_context_params(*cparams);
+    if (st == SA_OK) st = validate_spec_params(*sparams, *cparams);
+    if (st != SA_OK) return st;
+    return guarded("creating session", [&]() -> sa_status {
+        auto s = std::make_unique<sa_session>();
+        s->model = model;
+        s->draft_model = sparams->draft_model;
+        s->model_ref.reset(model);
+        s->draft_ref.reset(sparams->draft_model);
+        s->sparams = *sparams;
+        s->sparams.draft_model = nullptr;
+        plan_drafting(*s, *cparams);
+        sa_status st2 = check_spec_models(s->plan.type, *model, s->draft_model);
+        if (st2 == SA_OK) st2 = check_ubatch(s->plan.type, s->plan.n_draft, *model, *cparams);
+        if (st2 == SA_OK) st2 = create_session(*s, *cparams);
+        if (st2 != SA_OK) return st2;
+        *out = s.release();
+        return SA_OK;
+    });
+}
+
+void sa_session_free(sa_session * session) { delete session; }
+
+sa_status sa_session_run(sa_session * s, const sa_run_params * params, sa_event_cb cb, void * user) {
+    if (s == nullptr || params == nullptr) return fail(SA_ERR_INVALID_ARG, "sa_session_run: null argument");
+    return sa_session_run_seq(s, 0, params, s->n_logprobs.load(), s->grammar_prefill.c_str(), cb, user);
+}
+
+sa_status sa_session_run_seq(sa_session * s, int32_t seq, const sa_run_params * params, int32_t n_logprobs,
+                             const char * grammar_prefill, sa_event_cb cb, void * user) {
+    if (s == nullptr || params == nullptr) return fail(SA_ERR_INVALID_ARG, "sa_session_run_seq: null argument");
+    if (seq < 0 || seq >= s->n_seq) {
+        return fail(SA_ERR_INVALID_ARG, "seq=" + std::to_string(seq) + " is out of range: the session has " +
+                    std::to_string(s->n_seq) + " sequence(s)");
+    }
+    if (n_logprobs < -1 || n_logprobs > 20) return fail(SA_ERR_INVALID_ARG, "n_logprobs must be -1 (none) or 0..20");
+    sa_status st = validate_run(*s, *params);
+    if (st != SA_OK) return st;
+    if (s->cancelled() || s->engine->slots[(size_t) seq]->cancel.load()) return SA_CANCELLED;
+    const std::string prefill = grammar_prefill ? grammar_prefill : "";
+    return guarded("generation", [&]() -> sa_status {
+        sa_status sst = SA_OK;
+        common_sampler * smpl = make_sampler(*s->model, params->sampling, &sst, prefill);
+        if (smpl == nullptr) return sst;
+        return run_on_slot(*s, seq, *params, smpl, n_logprobs, cb, user);
+    });
+}
+
+int32_t sa_session_n_seq(const sa_session * s) { return s ? s->n_seq : 0; }
+
+int32_t sa_session_can_batch(const sa_model * model, const sa_context_params * cparams, const sa_spec_params * sparams) {
+    // every spec batches (docs/decisions/0050, 0061, 0069); a model loaded for its vocabulary only runs nothing
+    return model != nullptr && cparams != nullptr && sparams != nullptr && !model->vocab_only ? 1 : 0;
+}
+
+namespace {
+Slot * slot_of(const sa_session * s, int32_t seq) {
+    return s != nullptr && s->engine && seq >= 0 && seq < s->n_seq ? s->engine->slots[(size_t) seq].get() : nullptr;
+}
+}  // namespace
+
+void sa_session_cancel_seq(sa_session * s, int32_t seq) {
+    if (Slot * slot = slot_of(s, seq)) {
+        slot->cancel.store(true);
+        s->engine->wake();
+    }
+}
+
+void sa_session_clear_cancel_seq(sa_session * s, int32_t seq) {
+    if (Slot * slot = slot_of(s, seq)) slot->cancel.store(false);
+}
+
+void sa_session_resume_seq(sa_session * s, int32_t seq) {
+    if (Slot * slot = slot_of(s, seq)) {
+        slot->pauses.fetch_sub(1);
+        s->engine->wake();
+    }
+}
+
+void sa_session_seq_stats(const sa_session * s, int32_t seq, int32_t which, sa_stats * out) {
+    if (const Slot * slot = slot_of(s, seq); slot != nullptr && out != nullptr) slot->stats->read(which, out);
+}
+
+uint64_t sa_session_seq_stats_version(const sa_session * s, int32_t seq) {
+    const Slot * slot = slot_of(s, seq);
+    return slot ? slot->stats->version() : 0;
+}
+
+uint64_t sa_session_steps(const sa_session * s) { return s && s->engine ? s->engine->steps.load() : 0; }
+
+void sa_session_cancel(sa_session * s) {
+    if (s == nullptr) return;
+    s->cancel.store(true, std::memory_order_relaxed);
+    if (s->engine) s->engine->wake();
+}
+
+void sa_session_clear_cancel(sa_session * s) {
+    if (s) s->cancel.store(false, std::memory_order_relaxed);
+}
+
+void sa_session_stats(const sa_session * s, int32_t which, sa_stats * out) {
+    if (s == nullptr || out == nullptr) return;
+    s->stats.read(which, out);
+}
+
+uint64_t sa_session_stats_version(const sa_session * s) { return s ? s->stats.version() : 0; }
+
+sa_status sa_session_set_prefix_cache(sa_session * s, int32_t enabled, int64_t checkpoint_bytes) {
+    if (s == nullptr) return fail(SA_ERR_INVALID_ARG, "sa_session_set_prefix_cache: null session");
+    if (checkpoint_bytes < 0) {
+        return fail(SA_ERR_INVALID_ARG, "prefix_checkpoint_bytes=" + std::to_string(checkpoint_bytes) + " must be >= 0");
+    }
+    for (const auto & slot : s->engine->slots) {
+        slot->prefix->enabled.store(enabled != 0);
+        slot->prefix->checkpoint_budget.store(checkpoint_bytes);
+    }
+    return SA_OK;
+}
+
+void sa_session_prefix_usage(const sa_session * s, sa_prefix_usage * out) {
+    if (s != nullptr && out != nullptr) s->prefix.usage(out);
+}
+
+uint32_t sa_session_n_ctx(const sa_session * s) { return s ? (uint32_t) s->n_ctx_seq : 0; }
+
+uint32_t sa_session_n_batch(const sa_session * s) { return s ? llama_n_batch(s->ctx_tgt) : 0; }
+
+void sa_session_print_stats(const sa_session * s) {
+    if (s == nullptr) return;
+    print_with_log_level(3, [&] {
+        if (s->plan.automatic) {
+            print_auto_stats(*s);
+        } else if (s->spec) {
+            common_speculative_print_stats(s->spec);
+        } else {
+            std::fprintf(stderr, "speculative decoding: none (plain decoding)\n");
+        }
+        print_prefix_stats(*s);
+        common_perf_print(s->ctx_tgt, nullptr);
+    });
+}
+
+}  // extern "C"

@@ -1,0 +1,518 @@
+/*
+ * spec_actor native shim: a C ABI over llama.cpp and common_speculative.
+ *
+ * Rules of this ABI
+ *  - No C++ exception and no llama.cpp abort crosses it: every entry point
+ *    catches, validates its inputs first, and returns an sa_status.
+ *  - On failure the message for the calling thread is in sa_last_error().
+ *  - Handles are owned by the caller: sa_*_free releases them. A session holds
+ *    a reference on the model(s) it was made from, so they may be freed in
+ *    any order: sa_model_free before sa_session_free only drops the caller's
+ *    reference, and the model goes with its last session.
+ *  - sa_session_cancel and sa_session_stats may be called from any thread at
+ *    any time, also while sa_session_run is running; they take no lock.
+ *
+ * This header is parsed by cffi (spec_actor/nif/_build.py): keep it to plain C
+ * declarations between the CDEF markers, no preprocessor logic there beyond
+ * integer #defines (Python reads those, the enum members and the struct
+ * fields from the compiled library: they are the one source of the schema).
+ *
+ * EVENT SCHEMA (msgpack, version SA_EVENT_SCHEMA_VERSION)
+ *  sa_session_run hands the callback one *batch* per loop step: a msgpack
+ *  array of events, each event an array whose first element is its kind:
+ *    [0, token_id:int, piece:bin]        SA_EV_TOKEN  one accepted token; piece is
+ *                                        the raw bytes of its text (may be a
+ *                                        partial UTF-8 sequence)
+ *    [0, token_id:int, piece:bin, logprobs:array]
+ *                                        the same with the target's log-
+ *                                        probabilities, when asked for with
+ *                                        sa_session_set_logprobs
+ *    [1, stats:map]                      SA_EV_STATS  a stats snapshot (below)
+ *    [2, stats:map]                      SA_EV_DONE   max_tokens reached (terminal)
+ *    [3, stats:map, eog_token_id:int]    SA_EV_EOG    end-of-generation token (terminal;
+ *                                        the EOG token itself is not emitted)
+ *    [4, code:int, message:str]          SA_EV_ERROR  native failure (terminal)
+ *  A cancelled run emits no terminal event; its status says SA_CANCELLED.
+ *  stats map: the fields of sa_stats below, named and typed as there, except
+ *  n_pos (the length of the two per-position arrays, which are cut to it)
+ *  and running (an event always comes from a running loop). sa_stats_map_key
+ *  lists the keys in the order they are written.
+ */
+#ifndef SPEC_ACTOR_H
+#define SPEC_ACTOR_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* CDEF-BEGIN */
+#define SA_EVENT_SCHEMA_VERSION 3
+#define SA_MAX_DRAFT_POS 64         /* length of the per-position stats arrays */
+#define SA_DEFAULT_CHECKPOINT_BYTES 268435456  /* default budget of a session's prefix checkpoints (256 MiB) */
+
+typedef enum {
+    SA_OK = 0,
+    SA_CANCELLED = 1,          /* run stopped by sa_session_cancel / abort callback */
+    SA_STOPPED = 2,            /* run stopped because the event callback asked to */
+    SA_ERR_INVALID_ARG = 10,   /* a parameter is out of bounds */
+    SA_ERR_MODEL_LOAD = 11,    /* file missing, not a GGUF, unsupported architecture */
+    SA_ERR_CONTEXT = 12,       /* context creation failed (memory, params) */
+    SA_ERR_SPEC = 13,          /* speculative setup failed (no MTP layers, vocab mismatch) */
+    SA_ERR_PROMPT = 14,        /* empty prompt or longer than the context */
+    SA_ERR_GRAMMAR = 15,       /* GBNF grammar does not parse */
+    SA_ERR_DECODE = 16,        /* llama_decode failed */
+    SA_ERR_BUFFER = 17,        /* output buffer too small; needed size returned */
+    SA_ERR_INTERNAL = 18       /* unexpected native exception */
+} sa_status;
+
+typedef enum {
+    SA_EV_TOKEN = 0,
+    SA_EV_STATS = 1,
+    SA_EV_DONE = 2,
+    SA_EV_EOG = 3,
+    SA_EV_ERROR = 4
+} sa_event_kind;
+
+/* Speculative types, in llama.cpp's order and by llama.cpp's names. */
+typedef enum {
+    SA_SPEC_NONE = 0,
+    SA_SPEC_DRAFT_SIMPLE = 1,
+    SA_SPEC_DRAFT_EAGLE3 = 2,
+    SA_SPEC_DRAFT_MTP = 3,
+    SA_SPEC_DRAFT_DFLASH = 4,
+    SA_SPEC_NGRAM_SIMPLE = 5,
+    SA_SPEC_NGRAM_MAP_K = 6,
+    SA_SPEC_NGRAM_MAP_K4V = 7,
+    SA_SPEC_NGRAM_MOD = 8,
+    SA_SPEC_NGRAM_CACHE = 9,
+    SA_SPEC_AUTO = 10          /* choose the drafter and length online (auto_drafter.h) */
+} sa_spec_type;
+
+/* Drafter ids of the per-drafter statistics: the sa_spec_type that drafted a
+ * step (SA_SPEC_NONE: a plain step), the cross-request memory, auto's text
+ * lookup (matches characters, not tokens), or auto's splice lookup (a
+ * value's rest, then the record's punctuation and next key). */
+typedef enum {
+    SA_DRAFTER_MEMORY = 11,
+    SA_DRAFTER_TEXT = 12,
+    SA_DRAFTER_SPLICE = 13,
+    SA_N_DRAFTERS = 14
+} sa_drafter;
+
+typedef struct sa_model sa_model;
+typedef struct sa_session sa_session;
+
+typedef struct {
+    int32_t n_gpu_layers;   /* -1: all layers */
+    int32_t use_mmap;
+    int32_t use_mlock;
+    int32_t load_mtp;       /* load NextN/MTP layers */
+    int32_t vocab_only;
+} sa_model_params;
+
+typedef struct {
+    char arch[64];
+    char description[128];
+    uint64_t n_params;
+    uint64_t size_bytes;
+    int32_t n_vocab;
+    int32_t n_ctx_train;
+    int32_t n_layer;
+    int32_t n_embd;
+    int32_t n_layer_nextn;
+    int32_t is_recurrent;   /* recurrent or hybrid: needs checkpoints to roll back */
+    int32_t token_bos;
+    int32_t token_eos;
+    int32_t vocab_type;
+    int32_t add_bos;
+} sa_model_info;
+
+typedef struct {
+    uint32_t n_ctx;
+    uint32_t n_batch;
+    uint32_t n_ubatch;
+    int32_t n_threads;
+    int32_t n_threads_batch;
+    int32_t type_k;          /* ggml_type; -1 = default (f16) */
+    int32_t type_v;
+    int32_t flash_attn;      /* -1 auto, 0 off, 1 on */
+    int32_t threads_budgeted;  /* 1: n_threads were defaults; share the CPUs with other such sessions while generating */
+    int32_t n_seq;           /* sequences run together in one batch (0 or 1: one); n_ctx is per sequence */
+    int32_t prefill_step_ms; /* a prompt admitted while other sequences decode goes in chunks cut so a step
+                                takes about this long, measured (0: no cut, prompts fill n_batch) */
+} sa_context_params;
+
+typedef struct {
+    int32_t type;            /* sa_spec_type */
+    int32_t n_draft;         /* llama.cpp n_max: most tokens drafted per step */
+    int32_t n_min;           /* fewest draft tokens worth verifying */
+    float p_min;             /* draft-model greedy probability cut-off */
+    float p_split;
+    int32_t adaptive;        /* tune the draft length online (n_draft is the ceiling) */
+    int32_t ngram_size_n;    /* n-gram key size (ngram-simple / map-k / map-k4v) */
+    int32_t ngram_size_m;    /* m-gram value size */
+    int32_t ngram_min_hits;
+    int32_t ngram_mod_n_match;
+    int32_t ngram_mod_n_min;
+    int32_t ngram_mod_n_max;
+    const sa_model * draft_model;  /* draft-simple / eagle3 / dflash */
+} sa_spec_params;
+
+typedef struct {
+    float temp;              /* <= 0: greedy */
+    int32_t top_k;
+    float top_p;
+    float min_p;
+    uint32_t seed;
+    int32_t penalty_last_n;
+    float penalty_repeat;
+    float penalty_freq;
+    float penalty_present;
+    const char * grammar;    /* GBNF text or NULL */
+    const char * grammar_root;
+    /* The grammar is lazy: it applies from the first of these triggers on
+     * (sa_chat_jinja_apply's "grammar_triggers", a JSON array of {"type",
+     * "value", "token"}), as llama-server's under tool_choice "auto"; NULL or
+     * "": not lazy. A bad type, a token outside the vocabulary or a pattern
+     * that is not a regex is SA_ERR_INVALID_ARG. */
+    const char * grammar_triggers;
+} sa_sampling_params;
+
+typedef struct {
+    const int32_t * prompt;  /* token ids */
+    int32_t n_prompt;
+    int32_t max_tokens;
+    int32_t emit_stats_every;   /* 0: no periodic stats events */
+    sa_sampling_params sampling;
+} sa_run_params;
+
+typedef struct {
+    uint64_t iters;
+    uint64_t drafts_generated;
+    uint64_t drafts_accepted;
+    uint64_t tokens_emitted;
+    uint64_t prompt_tokens;
+    uint64_t requests;
+    uint64_t prompt_reused;     /* prompt tokens whose state was kept from earlier requests (the prefix cache) or copied from another sequence holding the same prefix */
+    uint64_t prompt_prefilled;  /* prompt tokens evaluated: prompt_tokens - prompt_reused */
+    int64_t t_prefill_us;
+    int64_t t_draft_us;
+    int64_t t_verify_us;
+    int64_t t_sample_us;
+    int64_t t_total_us;
+    int64_t t_decode_us;     /* wall time since the first token, live while running */
+    int64_t ttft_us;
+    int32_t n_draft;         /* current draft ceiling (changes under adaptive) */
+    int32_t n_pos;           /* used length of the per-position arrays: max(n_draft, last non-zero + 1) */
+    int32_t running;
+    double tokens_per_sec;   /* tokens_emitted / decode wall time, live */
+    double acceptance_rate;
+    int32_t drafter;         /* sa_drafter id of the latest step */
+    uint64_t accepted_per_pos[SA_MAX_DRAFT_POS];
+    uint64_t drafted_per_pos[SA_MAX_DRAFT_POS];
+    uint64_t drafter_steps[SA_N_DRAFTERS];     /* per drafter id: steps it drafted (id 0: plain steps) */
+    uint64_t drafter_drafted[SA_N_DRAFTERS];   /* draft tokens it proposed and were verified */
+    uint64_t drafter_accepted[SA_N_DRAFTERS];  /* of those, accepted */
+} sa_stats;
+
+/* Return 0 to continue, SA_CB_PAUSE to pause this sequence until
+ * sa_session_resume_seq (the batch goes on without it), anything else to
+ * stop the run (status SA_STOPPED). */
+#define SA_CB_PAUSE 2
+typedef int (*sa_event_cb)(void * user, const uint8_t * data, size_t len);
+
+const char * sa_last_error(void);
+int32_t sa_event_schema_version(void);
+/* The i-th key of the stats map of the event schema; NULL past the last. */
+const char * sa_stats_map_key(int32_t i);
+/* The name of a speculative type (llama.cpp's, or "auto"); NULL if type is not an sa_spec_type. */
+const char * sa_spec_type_name(int32_t type);
+
+/* The facts of one speculative type, from the shim's one table of them
+ * (native/draft/spec_types.cpp): Python's Spec reads its defaults from here. */
+typedef struct {
+    int32_t draft_context;       /* drafts with a second context (draft model, EAGLE-3, MTP, DFlash) */
+    int32_t drafts_full_length;  /* every draft has its full n_draft tokens */
+    int32_t default_n_draft;     /* when the caller gives none (auto: its ceiling) */
+    int32_t rollback_snapshots;  /* on a recurrent target: llama.cpp's n_rs_seq snapshots, not checkpoints */
+} sa_spec_facts;
+sa_status sa_spec_type_facts(int32_t type, sa_spec_facts * out);
+void sa_backend_init(void);
+void sa_set_log_level(int32_t level);  /* 0 silent, 1 errors, 2 warnings, 3 info, 4 debug */
+const char * sa_system_info(void);
+
+sa_status sa_model_load(const char * path, const sa_model_params * params, sa_model ** out);
+void sa_model_free(sa_model * model);
+sa_status sa_model_get_info(const sa_model * model, sa_model_info * out);
+/* Chat template text; SA_ERR_BUFFER with *n_out = needed size if cap is too small. */
+sa_status sa_model_chat_template(const sa_model * model, char * buf, int32_t cap, int32_t * n_out);
+sa_status sa_model_meta(const sa_model * model, const char * key, char * buf, int32_t cap, int32_t * n_out);
+/* A conversation rendered by llama.cpp's llama_chat_apply_template with tmpl
+ * (a GGUF chat template or a built-in template name such as "chatml").
+ * SA_ERR_BUFFER with *n_out = needed length (without NUL) if cap is too small. */
+sa_status sa_chat_apply_template(const char * tmpl, const char * const * roles, const char * const * contents,
+                                 int32_t n_messages, int32_t add_generation_prompt, char * buf, int32_t cap,
+                                 int32_t * n_out);
+/* Names of llama.cpp's built-in chat templates, one per line. */
+sa_status sa_chat_builtin_templates(char * buf, int32_t cap, int32_t * n_out);
+
+sa_status sa_tokenize(const sa_model * model, const char * text, int32_t len, int32_t add_special,
+                      int32_t parse_special, int32_t * out, int32_t cap, int32_t * n_out);
+sa_status sa_token_piece(const sa_model * model, int32_t token, int32_t special,
+                         char * buf, int32_t cap, int32_t * n_out);
+int32_t sa_token_is_eog(const sa_model * model, int32_t token);
+
+/* Bounds on a GBNF text's size, checked before llama.cpp parses it: its
+ * parser recurses once per ( ) nesting level (a deep one overflows the stack)
+ * and a grammar's per-token cost grows with its alternatives. */
+#define SA_GRAMMAR_DEPTH_CEILING 1000  /* the most nesting any limits may allow */
+typedef struct {
+    int32_t max_depth;         /* nesting of ( ) groups; at most SA_GRAMMAR_DEPTH_CEILING */
+    int32_t max_rules;         /* rule definitions (name ::= ...) */
+    int32_t max_alternatives;  /* | separators of all rules together */
+    int32_t max_repetition;    /* largest count in a {m} or {m,n} repetition */
+} sa_grammar_limits;
+
+/* GBNF checks that llama.cpp's parser lacks (e.g. a {5,2} repetition, which
+ * hangs it) and the limits above (NULL: only the depth ceiling);
+ * sa_session_run makes them too, with NULL. SA_ERR_GRAMMAR says what is wrong. */
+sa_status sa_grammar_check(const char * grammar, const sa_grammar_limits * limits);
+
+sa_status sa_session_new(sa_model * model, const sa_context_params * cparams,
+                         const sa_spec_params * sparams, sa_session ** out);
+void sa_session_free(sa_session * session);
+sa_status sa_session_run(sa_session * session, const sa_run_params * params,
+                         sa_event_cb cb, void * user);
+void sa_session_cancel(sa_session * session);
+void sa_session_clear_cancel(sa_session * session);
+
+/* THE BATCHED ENGINE (docs/decisions/0050): a session made with n_seq = N
+ * runs up to N requests at once, one per sequence 0..N-1, all in one decode
+ * per step. sa_session_run is sa_session_run_seq on sequence 0 with the
+ * session's logprobs and grammar prefill settings. sa_session_run_seq blocks
+ * until its request ended; the threads calling it take turns to run the
+ * engine's steps (any of them may call another request's callback). One
+ * request per sequence at a time. */
+sa_status sa_session_run_seq(sa_session * session, int32_t seq, const sa_run_params * params, int32_t n_logprobs,
+                             const char * grammar_prefill, sa_event_cb cb, void * user);
+/* Sequences of the session (its n_seq). */
+int32_t sa_session_n_seq(const sa_session * session);
+/* Whether a session with these parameters may have n_seq > 1: every spec
+ * and architecture batches; 0 only for null arguments or a vocab-only model. */
+int32_t sa_session_can_batch(const sa_model * model, const sa_context_params * cparams, const sa_spec_params * sparams);
+/* Stop the request on seq within one step; clear re-arms it (any thread, lock-free). */
+void sa_session_cancel_seq(sa_session * session, int32_t seq);
+void sa_session_clear_cancel_seq(sa_session * session, int32_t seq);
+/* Undo one SA_CB_PAUSE of seq's callback (any thread). */
+void sa_session_resume_seq(sa_session * session, int32_t seq);
+/* sa_session_stats for one sequence's requests (sequence 0's are the session's). */
+void sa_session_seq_stats(const sa_session * session, int32_t seq, int32_t which, sa_stats * out);
+uint64_t sa_session_seq_stats_version(const sa_session * session, int32_t seq);
+/* Steps run since the session was made, for tests that count in steps. */
+uint64_t sa_session_steps(const sa_session * session);
+/* which: 0 cumulative for the session, 1 the last (or current) run. */
+void sa_session_stats(const sa_session * session, int32_t which, sa_stats * out);
+/* Changes whenever any statistic does; equal values mean equal snapshots. */
+uint64_t sa_session_stats_version(const sa_session * session);
+uint32_t sa_session_n_ctx(const sa_session * session);
+uint32_t sa_session_n_batch(const sa_session * session);
+/* Cross-request memory of the session (Spec "auto"): capacity in tokens kept
+ * from earlier requests (0: none). Takes effect before the next run. */
+sa_status sa_session_set_memory(sa_session * session, int64_t capacity_tokens);
+/* Before the first run: measure what that run would measure first (Spec "auto"'s
+ * step-cost table, once per model and thread count in a process), so the first
+ * request's time to first token does not include it. Nothing for other specs,
+ * or while a run is under way; sa_session_cancel stops it. */
+sa_status sa_session_prepare(sa_session * session);
+/* Forget the memory's earlier requests and the kept prompt prefix before the next run (any thread, lock-free). */
+void sa_session_forget(sa_session * session);
+/* Tokens held by the memory and the bytes it uses (as of the last run's end). */
+void sa_session_memory_usage(const sa_session * session, int64_t * tokens, int64_t * bytes);
+/* The prompt prefix a session keeps between runs, as of the last run's end. */
+typedef struct {
+    int64_t tokens;            /* tokens whose state the contexts hold */
+    int64_t checkpoints;       /* state checkpoints kept (recurrent and hybrid models) */
+    int64_t checkpoint_bytes;  /* their size */
+    int64_t saves;             /* checkpoints saved since the session began */
+    int64_t save_us;           /* the time saving them took */
+    int64_t restores;          /* checkpoints restored since the session began */
+    int64_t restore_us;        /* the time restoring them took */
+} sa_prefix_usage;
+/* Keep the context between runs and reuse the longest common token prefix
+ * (enabled != 0), with at most checkpoint_bytes of state checkpoints on
+ * recurrent and hybrid models (0: none; only a request that continues the
+ * whole cached sequence reuses it there). Takes effect before the next run. */
+sa_status sa_session_set_prefix_cache(sa_session * session, int32_t enabled, int64_t checkpoint_bytes);
+void sa_session_prefix_usage(const sa_session * session, sa_prefix_usage * out);
+/* llama.cpp's name of a drafter id ("ngram-mod", "memory", "none"); "" when unknown. */
+const char * sa_drafter_name(int32_t drafter);
+/* llama.cpp's own speculative summary (common_speculative_print_stats) to stderr. */
+void sa_session_print_stats(const sa_session * session);
+
+/* TESTING: probes for the test suite and benchmarks, not for generation.
+ * sa_testing_top2 runs a plain forward pass over tokens (clearing the
+ * session's memory before and after) and reports the two most likely next
+ * tokens and logit(top1) - logit(top2). */
+sa_status sa_testing_top2(sa_session * session, const int32_t * tokens, int32_t n,
+                          int32_t * top1, int32_t * top2, float * margin);
+/* Polls sa_session_stats(which) in a tight loop, as fast as a native reader
+ * can, until the session has finished until_requests runs or max_polls polls
+ * were made. Stores each snapshot that differs from the one stored before, up
+ * to cap, in out; *n_out: how many were stored, *n_polls: polls made. */
+sa_status sa_testing_poll_stats(const sa_session * session, int32_t which, uint64_t until_requests,
+                                int64_t max_polls, sa_stats * out, int32_t cap, int32_t * n_out,
+                                int64_t * n_polls);
+/* Spec "auto" only: fixes the chooser's step cost for the rest of the session
+ * (plain_us a plain step; intercept_us + per_token_us * n a step verifying n
+ * drafted tokens) instead of measuring it, so that a test's outcome does not
+ * depend on the machine's load. */
+sa_status sa_testing_fix_step_cost(sa_session * session, double plain_us, double intercept_us,
+                                   double per_token_us);
+/* Spec "auto" only: as sa_testing_fix_step_cost, with the cost of a step by
+ * the number of drafted tokens it verifies, us_by_length[0..n-1] (past the
+ * end, its last 8 entries repeat, rising as they rose). bench/bench_auto.py --fixed-cost prices
+ * every step with bench/bench_verify_cost.py's table this way. */
+sa_status sa_testing_fix_step_cost_table(sa_session * session, const double * us_by_length, int32_t n);
+/* The next llama_memory_seq_rm that a run of this session makes is refused,
+ * as llama.cpp refuses a rollback deeper than a recurrent state can undo;
+ * the run must end with an Error event and leave the session usable. */
+sa_status sa_testing_refuse_next_seq_rm(sa_session * session);
+/* The draft chooser of "auto" alone (choose_offer in native/draft/adaptive.h):
+ * n_offers proposals, offer i with expected tokens by draft length
+ * expected[i * stride + n] for n = 0..n_max[i] (n_max[i] < stride), priced
+ * with the step cost us_by_length (as sa_testing_fix_step_cost_table), the
+ * step's drafting time draft_us and sampling time per token sample_us, in a
+ * batched step where other sequences put n_others tokens expected to make
+ * e_others tokens (0, 0: alone), on a target whose drafts of up to
+ * rollback_free tokens are undone for free and longer ones pay save_us for
+ * a checkpoint and, when more than rollback_free are rejected, restore_us and
+ * a re-verification (docs/decisions/0091; rollback_free < 0: always free).
+ * *offer: the chosen offer (-1: a plain step), *n its length. */
+sa_status sa_testing_choose_offer(const double * expected, const int32_t * n_max, int32_t n_offers, int32_t stride,
+                                  const double * us_by_length, int32_t n_cost, double draft_us, double sample_us,
+                                  int32_t n_others, double e_others, int32_t rollback_free, double save_us,
+                                  double restore_us, int32_t * offer, int32_t * n);
+/* A batched step's joint draft lengths alone (docs/decisions/0066): option
+ * i's expected tokens by length are expected[i * stride + 0..n_max[i]]; the
+ * step's cost is fixed as us_by_length (by drafted tokens: a decode of T
+ * tokens costs entry T - 1, as sa_testing_fix_step_cost_table); n_fixed
+ * tokens expected to make e_fixed do not depend on the choice (each
+ * option's sampled token counts in n_fixed, its expected[0] apart from
+ * e_fixed); at most n_total tokens in all. weights: each option's weight
+ * in (0, 1] (NULL: all 1). Every option's target undoes drafts of up to
+ * rollback_free tokens for free, as sa_testing_choose_offer's (< 0: all).
+ * lengths[i]: option i's draft. */
+sa_status sa_testing_allocate_drafts(const double * expected, const int32_t * n_max, int32_t n_options, int32_t stride,
+                                     const double * us_by_length, int32_t n_cost, int32_t n_fixed, double e_fixed,
+                                     int32_t n_total, const double * weights, int32_t rollback_free, double save_us,
+                                     double restore_us, int32_t * lengths);
+/* The first index of the largest of x[0..n) as greedy verification picks it
+ * (the vectorised argmax over a row of logits). */
+sa_status sa_testing_argmax(const float * x, int32_t n, int32_t * out);
+/* Verified steps of slot 0's auto drafter whose decode's time fed its step
+ * cost: decodes holding another sequence's prompt chunk do not. */
+sa_status sa_testing_auto_priced_steps(const sa_session * s, uint64_t * out);
+/* Tokens the session's draft context decoded since the last call: llama.cpp's
+ * context counters of multi-token and one-token decodes, which this resets
+ * (each reads 1 when it is 0); 0 without a draft context. */
+sa_status sa_testing_take_draft_context_tokens(sa_session * s, uint64_t * out);
+/* The session memory's lookup for a running request: n_seqs earlier
+ * sequences (lengths[i] tokens each, one after another in tokens) are kept,
+ * tail[0..n_tail) is the request's tokens so far; what is proposed after it,
+ * at most n_max tokens into out (*n_out), and the match's length (0: none). */
+sa_status sa_testing_memory_propose_after(const int32_t * tokens, const int32_t * lengths, int32_t n_seqs,
+                                          const int32_t * tail, int32_t n_tail, int32_t n_max, int32_t * out,
+                                          int32_t * n_out, int32_t * match_len);
+/* Auto's text lookup over the text of tokens[0..n) on model m: what it
+ * proposes next, at most n_max tokens into out (*n_out of them), and the
+ * length in bytes of the match they follow (0: no proposal). */
+sa_status sa_testing_text_lookup(const sa_model * m, const int32_t * tokens, int32_t n, int32_t n_max,
+                                 int32_t * out, int32_t * n_out, int32_t * match_bytes);
+/* Auto's splice lookup over tokens[0..n) (the request so far) on model m:
+ * what it proposes next, at most n_max tokens into out (*n_out of them). */
+sa_status sa_testing_splice_lookup(const sa_model * m, const int32_t * tokens, int32_t n, int32_t n_max,
+                                   int32_t * out, int32_t * n_out);
+/* Feeds a fresh step-cost model (what "auto" and n_draft="auto" price draft
+ * lengths with) count observed steps, (n_verified[i] drafted tokens, us[i]
+ * microseconds) in order, then stores its predicted cost of a step verifying
+ * query[j] drafted tokens in out[j]. No session: a probe of the model alone. */
+sa_status sa_testing_step_cost(const int32_t * n_verified, const int64_t * us, int32_t count,
+                               const int32_t * query, int32_t n_query, double * out);
+/* As sa_testing_step_cost, the model first calibrated with the table
+ * us_by_length[0..n_table-1] (what auto's sessions get from their one
+ * measurement, docs/decisions/0060): the steps then only scale it. */
+sa_status sa_testing_calibrated_step_cost(const double * us_by_length, int32_t n_table, const int32_t * n_verified,
+                                          const int64_t * us, int32_t count, const int32_t * query, int32_t n_query,
+                                          double * out);
+/* Step-cost tables that auto sessions measured in this process so far (each
+ * model and thread count is measured once; later sessions reuse its table). */
+uint64_t sa_testing_step_cost_calibrations(void);
+/* Spec "auto" only, between runs: the session's step cost now, out[n] for a
+ * step verifying n = 0..n_out-1 drafted tokens; *calibrated: 1 when it is a
+ * measured table (times *scale, its online factor), 0 when learned online or fixed. */
+sa_status sa_testing_auto_step_cost(const sa_session * session, double * out, int32_t n_out, int32_t * calibrated,
+                                    double * scale);
+/* Spec "auto" only, between runs: the batches its model drafter's context
+ * processed in this session, and whether the arm is dropped now (it cost
+ * more than it earned: docs/decisions/0062). */
+sa_status sa_testing_auto_model_arm(const sa_session * session, uint64_t * n_batches, int32_t * dropped);
+/* Feeds a fresh acceptance model (per draft position, as "auto" keeps one per
+ * drafter) count checked drafts, (n_checked[i] positions compared,
+ * n_accepted[i] of them accepted) in order, then stores in out[0..n_cap] the
+ * expected tokens of a step drafting 0..n_cap tokens. later_floor and
+ * first_prior as in native/draft/adaptive.h. No session: a probe of the model alone. */
+sa_status sa_testing_expected_tokens(const int32_t * n_checked, const int32_t * n_accepted, int32_t count,
+                                     int32_t n_cap, double later_floor, double first_prior, double * out);
+/* The compute threads the session's target context uses now for decode and
+ * for prompt batches (set per run by the thread budget). Call it from the
+ * run's own thread (its event callback) or between runs. */
+sa_status sa_testing_threads_in_use(const sa_session * session, int32_t * n_threads, int32_t * n_threads_batch);
+/* Fault injection: the n-th target decode of the runs from now on (n >= 1;
+ * 0 cancels) succeeds in llama.cpp and then ends its run with an Error
+ * event, as a failed decode would, after the memory changed. */
+sa_status sa_testing_fail_decode(sa_session * session, int32_t n);
+
+/* Structured output, logprobs and Jinja chat (not testing probes). */
+/* JSON schema -> GBNF by llama.cpp's converter (common/json-schema-to-grammar).
+ * SA_ERR_GRAMMAR names the part it cannot convert; SA_ERR_BUFFER with
+ * *n_out = needed length (without NUL) if cap is too small. */
+sa_status sa_json_schema_to_grammar(const char * schema, char * buf, int32_t cap, int32_t * n_out);
+/* Token events of the runs that follow carry the target's log-probabilities:
+ * n_top < 0 none (the default), else the token's and the n_top (at most 20)
+ * most likely tokens' at its position (a 4th field of the token event:
+ * [logprob:float, [[token_id:int, logprob:float], ...]], most likely first).
+ * Call it between runs. */
+sa_status sa_session_set_logprobs(sa_session * session, int32_t n_top);
+/* A chat rendered with the model's own Jinja template by llama.cpp's
+ * common_chat_templates_apply, as llama-server renders it. request: JSON
+ * {"messages": [OpenAI messages], "tools": [OpenAI tools], "tool_choice":
+ * "auto"|"none"|"required", "parallel_tool_calls": bool,
+ * "add_generation_prompt": bool, "template": Jinja text overriding the
+ * GGUF's}. Result: JSON {"prompt", "grammar",
+ * "grammar_lazy", "grammar_triggers", "format", "format_name", "generation_prompt", "parser",
+ * "additional_stops"}. SA_ERR_INVALID_ARG says what is malformed;
+ * SA_ERR_BUFFER with *n_out = needed length if cap is too small. */
+sa_status sa_chat_jinja_apply(const sa_model * model, const char * request, char * buf, int32_t cap,
+                              int32_t * n_out);
+/* Generated text parsed back with common_chat_parse. chat: JSON with the
+ * "format", "generation_prompt" and "parser" of sa_chat_jinja_apply's result.
+ * Result: JSON {"content", "reasoning_content", "tool_calls": [{"name",
+ * "arguments", "id"}]}; is_partial for text that may continue. */
+sa_status sa_chat_jinja_parse(const char * text, int32_t is_partial, const char * chat, char * buf, int32_t cap,
+                              int32_t * n_out);
+/* The grammar of the runs that follow is a tool-call grammar that has already
+ * read text (sa_chat_jinja_apply's "generation_prompt", which its grammar
+ * starts with and the prompt already ends with); NULL or "": a plain grammar.
+ * Call it between runs. */
+sa_status sa_session_set_grammar_prefill(sa_session * session, const char * text);
+
+/* CDEF-END */
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,61 @@
+#include "report/logprobs.h"
+#include "session/session.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace sa {
+
+void write_logprobs(MsgpackWriter & w, llama_context * ctx, int32_t idx, llama_token id, int32_t n_top) {
+    const float * logits = llama_get_logits_ith(ctx, idx);
+    const int32_t n_vocab = llama_vocab_n_tokens(llama_model_get_vocab(llama_get_model(ctx)));
+    n_top = std::clamp(n_top, 0, std::min(MAX_TOP_LOGPROBS, n_vocab));
+    // log p(t) = logit(t) - (max + log sum exp(logit - max)), summed in double
+    float max = logits[0];
+    for (int32_t t = 1; t < n_vocab; ++t) max = std::max(max, logits[t]);
+    double sum = 0.0;
+    for (int32_t t = 0; t < n_vocab; ++t) sum += std::exp((double) logits[t] - max);
+    const double log_z = (double) max + std::log(sum);
+
+    // the n_top best in a heap whose front is the worst kept; ties go to the lower id
+    std::vector<std::pair<float, llama_token>> top;
+    top.reserve((size_t) n_top + 1);
+    auto better = [](const std::pair<float, llama_token> & a, const std::pair<float, llama_token> & b) {
+        return a.first > b.first || (a.first == b.first && a.second < b.second);
+    };
+    for (int32_t t = 0; n_top > 0 && t < n_vocab; ++t) {
+        if ((int32_t) top.size() < n_top) {
+            top.emplace_back(logits[t], t);
+            std::push_heap(top.begin(), top.end(), better);
+        } else if (better({logits[t], t}, top.front())) {
+            std::pop_heap(top.begin(), top.end(), better);
+            top.back() = {logits[t], t};
+            std::push_heap(top.begin(), top.end(), better);
+        }
+    }
+    std::sort_heap(top.begin(), top.end(), better);
+
+    w.array(2);
+    w.real((double) logits[id] - log_z);
+    w.array((uint32_t) top.size());
+    for (const auto & [logit, t] : top) {
+        w.array(2);
+        w.integer(t);
+        w.real((double) logit - log_z);
+    }
+}
+
+}  // namespace sa
+
+extern "C" sa_status sa_session_set_logprobs(sa_session * session, int32_t n_top) {
+    if (session == nullptr) return sa::fail(SA_ERR_INVALID_ARG, "sa_session_set_logprobs: null session");
+    if (n_top > sa::MAX_TOP_LOGPROBS) {
+        return sa::fail(SA_ERR_INVALID_ARG, "top_logprobs=" + std::to_string(n_top) + " is invalid: use 0 to " +
+                        std::to_string(sa::MAX_TOP_LOGPROBS));
+    }
+    session->n_logprobs.store(n_top < 0 ? -1 : n_top);
+    return SA_OK;
+}

@@ -1,0 +1,46 @@
+// Definitions shared by the shim's translation units (not part of the ABI).
+#pragma once
+
+#include "abi/spec_actor.h"
+#include "support/shim_errors.h"
+
+#include "llama.h"
+
+#include <atomic>
+#include <functional>
+#include <string>
+
+// Reference counted: the caller's handle is one reference (sa_model_free
+// drops it) and every session holds one on its target and draft model, so a
+// model freed while a session uses it lives until that session is freed.
+struct sa_model {
+    llama_model * model;
+    std::string path;
+    bool load_mtp;
+    bool vocab_only;
+    mutable std::atomic<int> refs{1};
+};
+
+namespace sa {
+// Takes one more reference on m (null: no-op) and returns it.
+const sa_model * model_retain(const sa_model * m);
+// Drops one reference; the last one frees the llama.cpp model (null: no-op).
+void model_release(const sa_model * m);
+
+// A reference held for an object's lifetime (a session's on its models).
+class ModelRef {
+public:
+    ModelRef() = default;
+    explicit ModelRef(const sa_model * m) : m_(model_retain(m)) {}
+    ModelRef(const ModelRef &) = delete;
+    ModelRef & operator=(const ModelRef &) = delete;
+    ~ModelRef() { model_release(m_); }
+    // Holds m instead of what it held.
+    void reset(const sa_model * m) { model_release(m_), m_ = model_retain(m); }
+private:
+    const sa_model * m_ = nullptr;
+};
+
+// Runs fn (which prints through llama.cpp/common logging) at the given level.
+void print_with_log_level(int level, const std::function<void()> & fn);
+}
