@@ -194,6 +194,20 @@ void add_prompts(common_batch & batch, int32_t capacity, const std::vector<Seque
 // outputs. Run by the thread holding Engine::stepping.
 void step(sa_session & s, const std::vector<Sequence *> & seqs) {
     Engine & e = *s.engine;
+    // Whatever the step did to its sequences' memory (a prompt resumed from
+    // the prefix cache, a decode, rejected drafts removed, a prefix kept or
+    // dropped at the end), their cell counts are published when it ends.
+    struct PublishCells {
+        const sa_session & s;
+        const std::vector<Sequence *> & seqs;
+        ~PublishCells() {
+            llama_memory_t mem = llama_get_memory(s.ctx_tgt);
+            for (Sequence * q : seqs) {
+                const llama_seq_id seq = q->slot().seq;
+                s.engine->slots[(size_t) seq]->cells.store(llama_memory_seq_pos_max(mem, seq) + 1);
+            }
+        }
+    } publish{s, seqs};
     if (!e.threads) e.threads.emplace(s.threads, s.ctx_tgt, s.ctx_dft);
     e.threads->refresh();
     common_batch & batch = e.batch;

@@ -329,6 +329,12 @@ sa_status sa_session_set_memory(sa_session * session, int64_t capacity_tokens);
 sa_status sa_session_prepare(sa_session * session);
 /* Forget the memory's earlier requests and the kept prompt prefix before the next run (any thread, lock-free). */
 void sa_session_forget(sa_session * session);
+/* The cells of the target's memory that sequence seq holds (*held: its
+ * positions, the kept prompt prefix included; 0 after sa_session_forget) and
+ * may hold (*capacity: the session's n_ctx per sequence), as of the end of the
+ * last engine step it took part in. Any thread, lock-free: the KV-cache
+ * utilization of the inference gateway's protocol (docs/decisions/0095). */
+sa_status sa_session_seq_cells(const sa_session * session, int32_t seq, int32_t * held, int32_t * capacity);
 /* Tokens held by the memory and the bytes it uses (as of the last run's end). */
 void sa_session_memory_usage(const sa_session * session, int64_t * tokens, int64_t * bytes);
 /* The prompt prefix a session keeps between runs, as of the last run's end. */
