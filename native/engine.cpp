@@ -244,7 +244,7 @@ void step(sa_session & s, const std::vector<Sequence *> & seqs) {
     if (in.empty()) return;
     e.sole.store(in.size() == 1 ? in[0]->slot().seq : -1);
     const int64_t t0 = ggml_time_us();
-    const int32_t ret = llama_process(s.ctx_tgt, LLAMA_PROCESS_TYPE_DECODE, batch.get());
+    int32_t ret = llama_process(s.ctx_tgt, LLAMA_PROCESS_TYPE_DECODE, batch.get());
     // On a GPU the decode returns once its work is queued: the step's time
     // ends when its outputs are ready, as the step-cost calibration's does
     // (decision 0081); on the CPU backend the decode has finished already.
@@ -252,9 +252,13 @@ void step(sa_session & s, const std::vector<Sequence *> & seqs) {
     const int64_t t_us = ggml_time_us() - t0;
     e.sole.store(-1);
     e.steps.fetch_add(1);
+    // an RPC worker that stopped answering fails the decode it took part in
+    // (its outputs are zeros), whatever llama.cpp returned (decision 0094)
+    const std::string rpc = rpc_failure(*s.model);
+    if (ret == 0 && !rpc.empty()) ret = -3;
     if (ret == 0) learn_time_per_token(e, batch.size(), t_us);
     if (ret != 0) {
-        const std::string detail = last_native_log_error();
+        const std::string detail = rpc.empty() ? last_native_log_error() : rpc;
         for (Sequence * q : in) q->decode_failed(ret, detail);
         return;
     }

@@ -1,4 +1,4 @@
-"""Edits spec_actor makes to the llama.cpp source it builds (docs/decisions/0085, 0086, 0088, 0089, 0090, 0092, 0093).
+"""Edits spec_actor makes to the llama.cpp source it builds (docs/decisions/0085, 0086, 0088, 0089, 0090, 0092, 0093, 0094).
 
 Each edit replaces one exact, unique passage of one file; `apply` refuses a
 tree where a passage is missing or not unique, so a new llama.cpp version
@@ -340,6 +340,184 @@ _DELTA_NET_STATE_SNAPSHOTS = (
     "    const bool keep = cparams.n_rs_seq > 0 && n_seq_tokens > 1;\n"
 )
 
+# ggml's RPC client aborts the process when a server cannot be reached or
+# stops answering (RPC_STATUS_ASSERT and GGML_ABORT, on the thread that talks
+# to the server), and a vanished peer is noticed only after the system's TCP
+# timeouts (2 hours idle, 15 minutes of retransmissions). Now a connection that
+# fails marks its dispatcher failed: every command from then on completes at
+# once without I/O (its output zeroed), graph_compute answers
+# GGML_STATUS_FAILED (llama_decode returns -3), and
+# ggml_backend_rpc_server_failed(endpoint) says so, for the caller to report
+# and to refuse the model (docs/decisions/0094). Sockets probe a silent peer
+# (keepalive) and give up on unacknowledged data after 25 s, and a closed
+# peer is an error, not SIGPIPE. Two contexts that compute on one server from
+# two threads no longer race on the server's stored graph (the check of the
+# last graph id and the push of the command are one step).
+_RPC = "ggml/src/ggml-rpc/ggml-rpc.cpp"
+_RPC_TRANSPORT = "ggml/src/ggml-rpc/transport.cpp"
+_RPC_HELLO_ASSERT = (
+    "    bool status = send_rpc_cmd(sock, RPC_CMD_HELLO, &request, sizeof(request), &response, sizeof(response));\n"
+    "    RPC_STATUS_ASSERT(status);\n"
+)
+_RPC_HELLO_FAILS = (
+    "    bool status = send_rpc_cmd(sock, RPC_CMD_HELLO, &request, sizeof(request), &response, sizeof(response));\n"
+    "    if (!status) {  // spec_actor (0094): the caller fails the dispatcher\n"
+    "        return false;\n"
+    "    }\n"
+)
+_RPC_DISPATCHER_ANCHOR = "    void start(const std::string & endpoint);\n    void work();\n"
+_RPC_DISPATCHER_MEMBERS = (
+    "\n"
+    "    // spec_actor (0094): set once the server could not be reached or stopped\n"
+    "    // answering; every command then completes at once, its output zeroed\n"
+    "    std::atomic<bool> failed{false};\n"
+    "    void fail(const char * what);\n"
+    "    std::string name;\n"
+)
+_RPC_START = (
+    "void rpc_dispatcher::start(const std::string & endpoint) {\n"
+    "    std::string host;\n"
+    "    int port;\n"
+    "    if (!parse_endpoint(endpoint, host, port)) {\n"
+    "        GGML_ABORT(\"Failed to parse endpoint: %s\\n\", endpoint.c_str());\n"
+    "    }\n"
+    "    if (!rpc_transport_init()) {\n"
+    "        GGML_ABORT(\"RPC transport initialization failed\\n\");\n"
+    "    }\n"
+    "\n"
+    "    sock = socket_t::connect(host.c_str(), port);\n"
+    "    if (sock == nullptr) {\n"
+    "        GGML_ABORT(\"Failed to connect to %s\\n\", endpoint.c_str());\n"
+    "    }\n"
+    "    if (!negotiate_hello(sock)) {\n"
+    "        GGML_ABORT(\"RPC handshake failed for %s\\n\", endpoint.c_str());\n"
+    "    }\n"
+    "    LOG_DBG(\"[%s] connected to %s\\n\", __func__, endpoint.c_str());\n"
+    "    running = true;\n"
+)
+_RPC_START_FAILS = (
+    "void rpc_dispatcher::fail(const char * what) {  // spec_actor (0094)\n"
+    "    if (!failed.exchange(true)) {\n"
+    "        GGML_LOG_ERROR(\"RPC server %s: %s; its backend computes nothing from now on\\n\", name.c_str(), what);\n"
+    "    }\n"
+    "}\n"
+    "\n"
+    "void rpc_dispatcher::start(const std::string & endpoint) {\n"
+    "    // spec_actor (0094): a server that cannot be reached fails the dispatcher, whose\n"
+    "    // thread still runs (and completes every command), instead of aborting\n"
+    "    name = endpoint;\n"
+    "    std::string host;\n"
+    "    int port;\n"
+    "    if (!parse_endpoint(endpoint, host, port)) {\n"
+    "        fail(\"cannot parse the endpoint (expected host:port)\");\n"
+    "    } else if (!rpc_transport_init()) {\n"
+    "        fail(\"RPC transport initialization failed\");\n"
+    "    } else if ((sock = socket_t::connect(host.c_str(), port)) == nullptr) {\n"
+    "        fail(\"cannot connect\");\n"
+    "    } else if (!negotiate_hello(sock)) {\n"
+    "        fail(\"the handshake failed (not a ggml RPC server of this protocol version)\");\n"
+    "    } else {\n"
+    "        LOG_DBG(\"[%s] connected to %s\\n\", __func__, endpoint.c_str());\n"
+    "    }\n"
+    "    running = true;\n"
+)
+_RPC_WORK = (
+    "        if (msg_ptr->cmd != RPC_CMD_NONE) {\n"
+    "            if (msg_ptr->output) {\n"
+    "                bool status = send_rpc_cmd(sock, msg_ptr->cmd, msg_ptr->input.get(), msg_ptr->input_size, msg_ptr->output, msg_ptr->output_size);\n"
+    "                RPC_STATUS_ASSERT(status);\n"
+    "            } else {\n"
+    "                bool status = send_rpc_cmd(sock, msg_ptr->cmd, msg_ptr->input.get(), msg_ptr->input_size);\n"
+    "                RPC_STATUS_ASSERT(status);\n"
+    "            }\n"
+    "        }\n"
+)
+_RPC_WORK_FAILS = (
+    "        if (msg_ptr->cmd != RPC_CMD_NONE) {\n"
+    "            // spec_actor (0094): a server that stops answering fails the dispatcher\n"
+    "            // instead of aborting; the command completes with its output zeroed\n"
+    "            bool status = !failed.load();\n"
+    "            if (status && msg_ptr->output) {\n"
+    "                status = send_rpc_cmd(sock, msg_ptr->cmd, msg_ptr->input.get(), msg_ptr->input_size, msg_ptr->output, msg_ptr->output_size);\n"
+    "            } else if (status) {\n"
+    "                status = send_rpc_cmd(sock, msg_ptr->cmd, msg_ptr->input.get(), msg_ptr->input_size);\n"
+    "            }\n"
+    "            if (!status) {\n"
+    "                fail(\"the server stopped answering\");\n"
+    "                if (msg_ptr->output) {\n"
+    "                    memset(msg_ptr->output, 0, msg_ptr->output_size);\n"
+    "                }\n"
+    "            }\n"
+    "        }\n"
+)
+_RPC_GET_DISPATCHER = "static std::shared_ptr<rpc_dispatcher> get_dispatcher(const std::string & endpoint) {\n"
+_RPC_GET_DISPATCHER_LOOKUP = (
+    "// spec_actor (0094): create false only looks up a live dispatcher (null: none)\n"
+    "static std::shared_ptr<rpc_dispatcher> get_dispatcher(const std::string & endpoint, bool create = true) {\n"
+)
+_RPC_DISPATCHER_MADE = "    auto dispatcher = std::make_shared<rpc_dispatcher>();\n    dispatcher->start(endpoint);\n"
+_RPC_GRAPH_COMPUTE = (
+    "    GGML_ASSERT(cgraph->n_nodes > 0);\n"
+    "    bool reuse = cgraph->uid != 0 && rpc_dev_ctx->last_graph_uid == cgraph->uid;\n"
+)
+_RPC_GRAPH_COMPUTE_CHECKED = (
+    "    GGML_ASSERT(cgraph->n_nodes > 0);\n"
+    "    // spec_actor (0094): a failed server computes nothing; and the check of the\n"
+    "    // server's stored graph and the push of the command are one step, so that\n"
+    "    // two threads' contexts never recompute each other's graph\n"
+    "    if (rpc_ctx->dispatcher->failed.load()) {\n"
+    "        return GGML_STATUS_FAILED;\n"
+    "    }\n"
+    "    static std::mutex graph_mutex;\n"
+    "    std::lock_guard<std::mutex> graph_lock(graph_mutex);\n"
+    "    bool reuse = cgraph->uid != 0 && rpc_dev_ctx->last_graph_uid == cgraph->uid;\n"
+)
+_RPC_DEVICE_MEMORY = (
+    "void ggml_backend_rpc_get_device_memory(const char * endpoint, uint32_t device, size_t * free, size_t * total) {\n"
+)
+_RPC_FAILED_API = (
+    "bool ggml_backend_rpc_server_failed(const char * endpoint) {  // spec_actor (0094)\n"
+    "    auto dispatcher = get_dispatcher(endpoint, false);\n"
+    "    return dispatcher != nullptr && dispatcher->failed.load();\n"
+    "}\n"
+    "\n"
+)
+_RPC_FAILED_DECL = (
+    "\n"
+    "// spec_actor (0094): whether the connection to endpoint failed (the server could\n"
+    "// not be reached or stopped answering): its commands then complete without I/O,\n"
+    "// outputs zeroed, and its graph computations fail. false while no buffer or\n"
+    "// backend uses the endpoint.\n"
+    "#define GGML_RPC_HAS_SERVER_FAILED 1\n"
+    "GGML_BACKEND_API bool ggml_backend_rpc_server_failed(const char * endpoint);\n"
+)
+_RPC_SOCKET_OPTIONS = (
+    "static bool set_no_delay(sockfd_t sockfd) {\n"
+    "    int flag = 1;\n"
+)
+_RPC_SOCKET_OPTIONS_TIMED = (
+    "static bool set_no_delay(sockfd_t sockfd) {\n"
+    "    int flag = 1;\n"
+    "#if defined(__linux__)\n"
+    "    // spec_actor (0094): a peer that vanishes is noticed within about 25 s, on both\n"
+    "    // ends (the kernel answers keepalive probes while a server computes)\n"
+    "    int idle = 5, interval = 5, probes = 4, unacked_ms = 25000;\n"
+    "    setsockopt(sockfd, SOL_SOCKET, SO_KEEPALIVE, &flag, sizeof(flag));\n"
+    "    setsockopt(sockfd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle));\n"
+    "    setsockopt(sockfd, IPPROTO_TCP, TCP_KEEPINTVL, &interval, sizeof(interval));\n"
+    "    setsockopt(sockfd, IPPROTO_TCP, TCP_KEEPCNT, &probes, sizeof(probes));\n"
+    "    setsockopt(sockfd, IPPROTO_TCP, TCP_USER_TIMEOUT, &unacked_ms, sizeof(unacked_ms));\n"
+    "#endif\n"
+)
+_RPC_SEND = "        ssize_t n = send(fd, (const char *)data + bytes_sent, size_to_send, 0);\n"
+_RPC_SEND_NOSIGNAL = (
+    "#if defined(MSG_NOSIGNAL)  // spec_actor (0094): a closed peer is an error, not SIGPIPE\n"
+    "        ssize_t n = send(fd, (const char *)data + bytes_sent, size_to_send, MSG_NOSIGNAL);\n"
+    "#else\n"
+    "        ssize_t n = send(fd, (const char *)data + bytes_sent, size_to_send, 0);\n"
+    "#endif\n"
+)
+
 EDITS = (
     Edit(
         path="ggml/src/ggml-cpu/ops.cpp",
@@ -426,6 +604,19 @@ EDITS = (
          after=_DELTA_NET_CONV_SNAPSHOTS),
     Edit(path="src/models/delta-net-base.cpp", before="    const bool keep = cparams.n_rs_seq > 0;\n",
          after=_DELTA_NET_STATE_SNAPSHOTS),
+    Edit(path=_RPC, before=_RPC_HELLO_ASSERT, after=_RPC_HELLO_FAILS),
+    _insert(path=_RPC, anchor=_RPC_DISPATCHER_ANCHOR, below=_RPC_DISPATCHER_MEMBERS),
+    Edit(path=_RPC, before=_RPC_START, after=_RPC_START_FAILS),
+    Edit(path=_RPC, before=_RPC_WORK, after=_RPC_WORK_FAILS),
+    Edit(path=_RPC, before=_RPC_GET_DISPATCHER, after=_RPC_GET_DISPATCHER_LOOKUP),
+    _insert(path=_RPC, anchor=_RPC_DISPATCHER_MADE, above="    if (!create) {\n        return nullptr;\n    }\n"),
+    Edit(path=_RPC, before=_RPC_GRAPH_COMPUTE, after=_RPC_GRAPH_COMPUTE_CHECKED),
+    _insert(path=_RPC, anchor=_RPC_DEVICE_MEMORY, above=_RPC_FAILED_API),
+    _insert(path="ggml/include/ggml-rpc.h",
+            anchor="GGML_BACKEND_API ggml_backend_reg_t ggml_backend_rpc_add_server(const char * endpoint);\n",
+            below=_RPC_FAILED_DECL),
+    Edit(path=_RPC_TRANSPORT, before=_RPC_SOCKET_OPTIONS, after=_RPC_SOCKET_OPTIONS_TIMED),
+    Edit(path=_RPC_TRANSPORT, before=_RPC_SEND, after=_RPC_SEND_NOSIGNAL),
 )
 
 
