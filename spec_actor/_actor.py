@@ -155,6 +155,17 @@ class GenerationActor(StreamSource):
         if not self._session.closed:
             self._session.forget()
 
+    def kv_cells(self) -> tuple[int, int]:
+        """(cells held, cells available) of this actor's sequence in the KV cache (lock-free, any thread).
+
+        The running request's positions and, between requests, the kept
+        prompt prefix; none after `forget`. After the actor closed: (0, n_ctx).
+        """
+        try:
+            return self._session.kv_cells()
+        except ActorClosedError:
+            return 0, self.n_ctx
+
     def shared_prefix(self, tokens: Sequence[int]) -> int:
         """How many leading ``tokens`` the last request and its reply began with (a pool routes by it)."""
         held = self._held

@@ -11,6 +11,7 @@ from typing import Any
 
 from ._chat import Message, choose_template, render_chat, tokenize_chat
 from ._errors import ConfigError, ModelLoadError, ModelMissingError
+from ._rpc import check_workers
 from ._tokenizer import Tokenizer
 from .nif import model as _nm
 
@@ -82,8 +83,10 @@ class Model:
     ``info`` and ``chat_template()`` stay readable after ``close()``.
     """
 
-    def __init__(self, handle: Any, path: str, mtp_loaded: bool) -> None:
+    def __init__(self, handle: Any, path: str, mtp_loaded: bool, rpc: tuple[str, ...] = ()) -> None:
         self._handle: Any = handle
+        self.rpc = rpc
+        """The RPC workers ("host:port") that hold some of its layers; empty when all are local."""
         raw = _nm.info(handle)
         raw.pop("token_bos"), raw.pop("token_eos"), raw.pop("vocab_type"), raw.pop("add_bos")
         raw["is_recurrent"] = bool(raw["is_recurrent"])
@@ -197,7 +200,7 @@ class Model:
 
 def load_model(path: str | os.PathLike[str] | None = None, *, n_gpu_layers: int = -1,
                use_mmap: bool = True, use_mlock: bool = False, load_mtp: bool = False,
-               vocab_only: bool = False) -> Model:
+               vocab_only: bool = False, rpc: Sequence[str] | None = None) -> Model:
     """Load a GGUF model; with no path, the embedded Gemma 3 270M Q4_K_M.
 
     ``n_gpu_layers=-1`` offloads every layer when a GPU backend is built in
@@ -205,13 +208,26 @@ def load_model(path: str | os.PathLike[str] | None = None, *, n_gpu_layers: int 
     the NextN/MTP layers needed by ``Spec("mtp")``; ``vocab_only=True`` loads
     only the tokenizer.
 
+    ``rpc=["host:port", ...]`` places layers on RPC workers (``spec-actor
+    rpc-worker`` on each machine), as llama.cpp's ``--rpc`` does: the last
+    ``n_gpu_layers`` layers (-1: all) are split over this process's GPUs and
+    the workers' devices in proportion to their free memory, the rest stay on
+    this CPU. Each worker must answer ggml's handshake within
+    5 seconds (`spec_actor._rpc.CONNECT_TIMEOUT`). A worker that stops answering later ends the
+    request running on the model with an ``Error`` event, and the model
+    then refuses new sessions: load it again once the worker is back
+    (docs/deployment.md, "RPC workers", and docs/decisions/0097). The
+    protocol has no authentication: keep workers on loopback or a private
+    network.
+
     Raises ModelLoadError (missing file, not a GGUF, unsupported
-    architecture) and ModelMissingError (no path and no embedded model).
+    architecture, an RPC worker that does not answer) and ModelMissingError
+    (no path and no embedded model); ConfigError for a bad option.
     """
     resolved = default_model_path() if path is None else Path(path)
     if not isinstance(n_gpu_layers, int) or n_gpu_layers < -1:
-        from ._errors import ConfigError
         raise ConfigError(f"n_gpu_layers={n_gpu_layers!r} must be -1 (all) or a layer count >= 0")
+    workers = None if rpc is None else check_workers(rpc)
     handle = _nm.load(resolved, n_gpu_layers=n_gpu_layers, use_mmap=use_mmap, use_mlock=use_mlock,
-                      load_mtp=load_mtp, vocab_only=vocab_only)
-    return Model(handle, str(resolved), mtp_loaded=load_mtp)
+                      load_mtp=load_mtp, vocab_only=vocab_only, rpc=workers)
+    return Model(handle, str(resolved), mtp_loaded=load_mtp, rpc=tuple(workers or ()))

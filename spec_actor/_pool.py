@@ -90,6 +90,16 @@ class ActorPool(StreamSource):
         """
         return sum_stats([actor.stats() for actor in self._actors])
 
+    def kv_cells(self) -> tuple[int, int]:
+        """(cells held, cells available) in the KV cache, summed over the actors' sequences (lock-free).
+
+        ``held / available`` is the inference gateway's KV-cache utilization
+        (``kv_cache_usage_perc`` in ``/metrics``): running requests' cells and
+        the prompt prefixes kept between requests count as held.
+        """
+        counts = [actor.kv_cells() for actor in self._actors]
+        return sum(held for held, _ in counts), sum(capacity for _, capacity in counts)
+
     def forget(self) -> None:
         """Drop every actor's cross-request memory (see `GenerationActor.forget`)."""
         for actor in self._actors:

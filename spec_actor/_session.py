@@ -340,6 +340,18 @@ class Session:
         """(tokens, bytes) held by the cross-request memory as of the end of the last run."""
         return _ns.memory_usage(self._live())
 
+    def kv_cells(self, seq: int | None = None) -> tuple[int, int]:
+        """(cells held, cells available) in the target's KV cache, of one sequence or all (lock-free, any thread).
+
+        A sequence holds a cell per position of its running request, and
+        between requests the prompt prefix it keeps (the prefix cache);
+        after `forget` none. Each sequence may hold ``n_ctx`` cells. As of
+        the end of the last engine step, so at most one step old.
+        """
+        handle = self._live()
+        counts = [_ns.seq_cells(handle, s) for s in (range(self.n_seq) if seq is None else (seq,))]
+        return sum(held for held, _ in counts), sum(capacity for _, capacity in counts)
+
     def print_stats(self) -> None:
         """Print the speculative summary (per drafter under auto) and llama.cpp's performance summary to stderr."""
         _ns.print_stats(self._live())
@@ -484,6 +496,10 @@ class SessionSlot:
     def forget(self) -> None:
         """`Session.forget`: every slot's kept prefix and the shared memory."""
         self._session.forget()
+
+    def kv_cells(self) -> tuple[int, int]:
+        """`Session.kv_cells` of this slot's sequence."""
+        return self._session.kv_cells(self.seq)
 
     def print_stats(self) -> None:
         self._session.print_stats()

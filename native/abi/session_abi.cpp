@@ -40,6 +40,7 @@ sa_status sa_session_new(sa_model * model, const sa_context_params * cparams, co
     }
     *out = nullptr;
     if (model->vocab_only) return fail(SA_ERR_INVALID_ARG, "the model was loaded with vocab_only=True; it can tokenize but not generate");
+    if (const std::string why = rpc_failure(*model); !why.empty()) return fail(SA_ERR_CONTEXT, why);
     sa_status st = validate_context_params(*cparams);
     if (st == SA_OK) st = validate_spec_params(*sparams, *cparams);
     if (st != SA_OK) return st;

@@ -111,6 +111,7 @@ typedef struct {
     int32_t use_mlock;
     int32_t load_mtp;       /* load NextN/MTP layers */
     int32_t vocab_only;
+    const char * rpc_servers;  /* "host:port,..." of ggml RPC workers holding layers (NULL or "": none) */
 } sa_model_params;
 
 typedef struct {
@@ -245,6 +246,16 @@ void sa_set_log_level(int32_t level);  /* 0 silent, 1 errors, 2 warnings, 3 info
 const char * sa_system_info(void);
 
 sa_status sa_model_load(const char * path, const sa_model_params * params, sa_model ** out);
+/* Serves this process's devices (its accelerators, else the CPU) to ggml RPC
+ * clients on host:port (an IPv4 address) with n_threads CPU threads, one client
+ * at a time, as llama.cpp's rpc-server: blocks while it serves; returns
+ * SA_ERR_INVALID_ARG when it cannot listen. No authentication: a client can
+ * make it compute anything (docs/deployment.md, "RPC workers"). */
+sa_status sa_rpc_serve(const char * host, int32_t port, int32_t n_threads);
+/* Models of this process loaded (and not yet freed) with layers on the RPC
+ * worker endpoint ("host:port"): while there is one, the process holds the
+ * worker's one connection, which later models on it share. */
+int32_t sa_rpc_models_on(const char * endpoint);
 void sa_model_free(sa_model * model);
 sa_status sa_model_get_info(const sa_model * model, sa_model_info * out);
 /* Chat template text; SA_ERR_BUFFER with *n_out = needed size if cap is too small. */
@@ -329,6 +340,12 @@ sa_status sa_session_set_memory(sa_session * session, int64_t capacity_tokens);
 sa_status sa_session_prepare(sa_session * session);
 /* Forget the memory's earlier requests and the kept prompt prefix before the next run (any thread, lock-free). */
 void sa_session_forget(sa_session * session);
+/* The cells of the target's memory that sequence seq holds (*held: its
+ * positions, the kept prompt prefix included; 0 after sa_session_forget) and
+ * may hold (*capacity: the session's n_ctx per sequence), as of the end of the
+ * last engine step it took part in. Any thread, lock-free: the KV-cache
+ * utilization of the inference gateway's protocol (docs/decisions/0098). */
+sa_status sa_session_seq_cells(const sa_session * session, int32_t seq, int32_t * held, int32_t * capacity);
 /* Tokens held by the memory and the bytes it uses (as of the last run's end). */
 void sa_session_memory_usage(const sa_session * session, int64_t * tokens, int64_t * bytes);
 /* The prompt prefix a session keeps between runs, as of the last run's end. */

@@ -194,6 +194,20 @@ void add_prompts(common_batch & batch, int32_t capacity, const std::vector<Seque
 // outputs. Run by the thread holding Engine::stepping.
 void step(sa_session & s, const std::vector<Sequence *> & seqs) {
     Engine & e = *s.engine;
+    // Whatever the step did to its sequences' memory (a prompt resumed from
+    // the prefix cache, a decode, rejected drafts removed, a prefix kept or
+    // dropped at the end), their cell counts are published when it ends.
+    struct PublishCells {
+        const sa_session & s;
+        const std::vector<Sequence *> & seqs;
+        ~PublishCells() {
+            llama_memory_t mem = llama_get_memory(s.ctx_tgt);
+            for (Sequence * q : seqs) {
+                const llama_seq_id seq = q->slot().seq;
+                s.engine->slots[(size_t) seq]->cells.store(llama_memory_seq_pos_max(mem, seq) + 1);
+            }
+        }
+    } publish{s, seqs};
     if (!e.threads) e.threads.emplace(s.threads, s.ctx_tgt, s.ctx_dft);
     e.threads->refresh();
     common_batch & batch = e.batch;
@@ -230,7 +244,7 @@ void step(sa_session & s, const std::vector<Sequence *> & seqs) {
     if (in.empty()) return;
     e.sole.store(in.size() == 1 ? in[0]->slot().seq : -1);
     const int64_t t0 = ggml_time_us();
-    const int32_t ret = llama_process(s.ctx_tgt, LLAMA_PROCESS_TYPE_DECODE, batch.get());
+    int32_t ret = llama_process(s.ctx_tgt, LLAMA_PROCESS_TYPE_DECODE, batch.get());
     // On a GPU the decode returns once its work is queued: the step's time
     // ends when its outputs are ready, as the step-cost calibration's does
     // (decision 0081); on the CPU backend the decode has finished already.
@@ -238,9 +252,13 @@ void step(sa_session & s, const std::vector<Sequence *> & seqs) {
     const int64_t t_us = ggml_time_us() - t0;
     e.sole.store(-1);
     e.steps.fetch_add(1);
+    // an RPC worker that stopped answering fails the decode it took part in
+    // (its outputs are zeros), whatever llama.cpp returned (decision 0097)
+    const std::string rpc = rpc_failure(*s.model);
+    if (ret == 0 && !rpc.empty()) ret = -3;
     if (ret == 0) learn_time_per_token(e, batch.size(), t_us);
     if (ret != 0) {
-        const std::string detail = last_native_log_error();
+        const std::string detail = rpc.empty() ? last_native_log_error() : rpc;
         for (Sequence * q : in) q->decode_failed(ret, detail);
         return;
     }

@@ -39,6 +39,10 @@ struct Slot {
     std::atomic<bool> cancel{false};   // sa_session_cancel_seq (slot 0 also honours the session's flag)
     std::atomic<bool> forget{false};   // drop the kept prefix when the next request starts
     std::atomic<int32_t> pauses{0};    // > 0: its reader is behind; the steps skip it
+    // Positions its sequence holds in the target's memory (its cells of the
+    // full attention cache), published by the thread that ran the last step
+    // it took part in; 0 once forget() drops its kept prefix (any thread reads).
+    std::atomic<int32_t> cells{0};
     bool busy = false;                 // under Engine::mu: a request runs on it
     RollbackCost rollback_cost;        // its checkpoints' measured cost (the thread running a step)
 

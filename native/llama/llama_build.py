@@ -63,6 +63,11 @@ LLAMA_CMAKE_FLAGS = [
     # (trio's worker threads, another session) made every graph barrier
     # sleep instead of spin, 37% slower (docs/decisions/0006).
     "-DGGML_OPENMP=OFF",
+    # ggml's RPC backend, for `load_model(rpc=[...])` and `spec-actor
+    # rpc-worker` (docs/decisions/0097); TCP only, so the library needs no
+    # RDMA driver where it is installed.
+    "-DGGML_RPC=ON",
+    "-DGGML_RPC_RDMA=OFF",
     "-DCMAKE_INSTALL_LIBDIR=lib",
     "-DCMAKE_INSTALL_RPATH=$ORIGIN",
     "-DCMAKE_BUILD_WITH_INSTALL_RPATH=ON",  # libraries find each other next to the extension

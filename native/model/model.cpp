@@ -79,7 +79,8 @@ const sa_model * model_retain(const sa_model * m) {
 void model_release(const sa_model * m) {
     if (m == nullptr || m->refs.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
     forget_step_cost_tables(m->model);
-    llama_model_free(m->model);
+    llama_model_free(m->model);  // closes its RPC connections when it was the last model on them
+    rpc_attach(*m, -1);
     delete m;
 }
 
@@ -133,6 +134,10 @@ sa_status sa_model_load(const char * path, const sa_model_params * params, sa_mo
     return guarded("loading model", [&]() -> sa_status {
         sa_backend_init();
         llama_model_params mp = llama_model_default_params();
+        std::vector<std::string> rpc;
+        std::vector<ggml_backend_dev_t> devices;  // null-terminated; empty: every device of this process
+        if (sa_status st2 = rpc_devices(params->rpc_servers, rpc, devices); st2 != SA_OK) return st2;
+        if (!devices.empty()) mp.devices = devices.data();
         mp.n_gpu_layers = params->n_gpu_layers;
         const bool mmap = params->use_mmap != 0, mlock = params->use_mlock != 0;
         mp.load_mode = mmap ? (mlock ? LLAMA_LOAD_MODE_MMAP_MLOCK : LLAMA_LOAD_MODE_MMAP)
@@ -149,7 +154,14 @@ sa_status sa_model_load(const char * path, const sa_model_params * params, sa_mo
             return fail(SA_ERR_MODEL_LOAD, std::string("llama.cpp could not load ") + path +
                         (detail.empty() ? "" : ": " + detail));
         }
-        *out = new sa_model{model, path, params->load_mtp != 0, params->vocab_only != 0};
+        auto * m = new sa_model{model, path, params->load_mtp != 0, params->vocab_only != 0};
+        m->rpc = std::move(rpc);
+        rpc_attach(*m, 1);
+        if (const std::string why = rpc_failure(*m); !why.empty()) {  // a worker died while the weights went over
+            model_release(m);
+            return fail(SA_ERR_MODEL_LOAD, std::string("llama.cpp could not load ") + path + ": " + why);
+        }
+        *out = m;
         return SA_OK;
     });
 }

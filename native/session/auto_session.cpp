@@ -108,7 +108,24 @@ sa_status sa_session_prepare(sa_session * s) {
 void sa_session_forget(sa_session * s) {
     if (s == nullptr) return;
     s->forget.store(true);
-    for (const auto & slot : s->engine->slots) slot->forget.store(true);
+    for (const auto & slot : s->engine->slots) {
+        slot->forget.store(true);
+        // its kept cells are dropped before the next request places any: free
+        // to use (a running request's are published again by its next step)
+        slot->cells.store(0);
+    }
+}
+
+sa_status sa_session_seq_cells(const sa_session * s, int32_t seq, int32_t * held, int32_t * capacity) {
+    if (s == nullptr || held == nullptr || capacity == nullptr) {
+        return fail(SA_ERR_INVALID_ARG, "sa_session_seq_cells: null argument");
+    }
+    if (seq < 0 || seq >= s->n_seq) {
+        return fail(SA_ERR_INVALID_ARG, "sequence " + std::to_string(seq) + " is outside 0.." + std::to_string(s->n_seq - 1));
+    }
+    *held = s->engine->slots[(size_t) seq]->cells.load();
+    *capacity = s->n_ctx_seq;
+    return SA_OK;
 }
 
 void sa_session_memory_usage(const sa_session * s, int64_t * tokens, int64_t * bytes) {

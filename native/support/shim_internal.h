@@ -9,6 +9,7 @@
 #include <atomic>
 #include <functional>
 #include <string>
+#include <vector>
 
 // Reference counted: the caller's handle is one reference (sa_model_free
 // drops it) and every session holds one on its target and draft model, so a
@@ -19,6 +20,7 @@ struct sa_model {
     bool load_mtp;
     bool vocab_only;
     mutable std::atomic<int> refs{1};
+    std::vector<std::string> rpc;  // the RPC workers holding some of its layers (rpc.cpp)
 };
 
 namespace sa {
@@ -43,4 +45,17 @@ private:
 
 // Runs fn (which prints through llama.cpp/common logging) at the given level.
 void print_with_log_level(int level, const std::function<void()> & fn);
+
+// The devices of a model placed on the RPC workers of servers ("host:port"
+// comma-separated; null or "" for none): this process's accelerators, then
+// each worker's devices, null-terminated (empty for none), and the workers'
+// endpoints. Fails when a worker does not answer (rpc.cpp).
+sa_status rpc_devices(const char * servers, std::vector<std::string> & endpoints, std::vector<ggml_backend_dev_t> & out);
+
+// Counts m as a live model on each of its RPC workers (delta 1, once loaded)
+// or no longer (-1, once freed): sa_rpc_models_on reads the counts.
+void rpc_attach(const sa_model & m, int delta);
+
+// Why the model cannot compute: one of its RPC workers stopped answering; "" when none did.
+std::string rpc_failure(const sa_model & m);
 }

@@ -1,4 +1,4 @@
-"""The ``spec-actor`` command: ``generate``, ``bench``, ``info`` and ``serve``.
+"""The ``spec-actor`` command: ``generate``, ``bench``, ``info``, ``serve`` and ``rpc-worker``.
 
 ``main`` is the console script's entry point (``spec_actor.cli:main``);
 ``python -m spec_actor.cli`` runs it too. Every failure the user can cause
@@ -13,7 +13,7 @@ import sys
 from typing import Sequence
 
 from .._errors import ConfigError, SpecActorError
-from . import _bench, _generate, _info, _serve
+from . import _bench, _generate, _info, _rpc_worker, _serve
 from ._common import PROG, CliError, Parser, env_flag, one_line
 
 __all__ = ["main"]
@@ -30,6 +30,7 @@ def build_parser() -> Parser:
     _bench.add_parser(sub)
     _info.add_parser(sub)
     _serve.add_parser(sub)
+    _rpc_worker.add_parser(sub)
     return parser
 
 

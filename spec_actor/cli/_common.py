@@ -10,6 +10,7 @@ from typing import Any, NoReturn, Protocol
 
 from .._errors import ConfigError
 from .._model import Model, load_model
+from .._rpc import parse_worker
 from .._spec import DRAFT_MODEL_TYPES, OPTIONAL_DRAFT_MODEL_TYPES, SA_MAX_DRAFT_POS, Spec, canonical_type
 
 PROG = "spec-actor"
@@ -96,7 +97,21 @@ def add_model_options(parser: argparse.ArgumentParser, *, positional: bool = Fal
     parser.add_argument("--load-mtp", action="store_true",
                         help="load the model's NextN/MTP layers (implied by --spec mtp)")
     parser.add_argument("--gpu-layers", type=int, default=-1, metavar="N",
-                        help="layers to offload to a GPU backend, -1 for all (default: -1)")
+                        help="layers to offload to a GPU backend or the RPC workers, -1 for all (default: -1)")
+    parser.add_argument("--rpc", type=rpc_arg, metavar="HOST:PORT[,HOST:PORT...]",
+                        help="place layers on these `spec-actor rpc-worker`s, as llama.cpp's --rpc (unauthenticated: "
+                             "loopback, a private network or an SSH tunnel only; docs/deployment.md)")
+
+
+def rpc_arg(text: str) -> list[str]:
+    """argparse type: comma-separated "host:port" RPC workers."""
+    workers = [w.strip() for w in text.split(",")]
+    try:
+        for worker in workers:
+            parse_worker(worker)
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError(exc.message) from None
+    return workers
 
 
 def add_engine_options(parser: argparse.ArgumentParser) -> None:
@@ -148,7 +163,8 @@ def _existing(path: str | None, what: str) -> str | None:
 def open_model(args: argparse.Namespace, *, mtp: bool = False) -> Model:
     """Load the model the options name (the embedded one by default)."""
     path = _existing(args.model, "model")
-    return load_model(path, n_gpu_layers=args.gpu_layers, load_mtp=bool(args.load_mtp or mtp))
+    return load_model(path, n_gpu_layers=args.gpu_layers, load_mtp=bool(args.load_mtp or mtp),
+                      rpc=getattr(args, "rpc", None))
 
 
 def auto_n_ctx(n_prompt: int, max_tokens: int, n_ctx_train: int) -> int:

@@ -67,6 +67,10 @@ def add_parser(sub: Subcommands) -> None:
                         "on loopback")
     p.add_argument("--model-name", metavar="NAME",
                    help="the model id clients see (default: the GGUF file name without .gguf)")
+    p.add_argument("--metrics-vllm-names", action="store_true",
+                   help="also export the inference gateway's gauges in /metrics under vLLM's names "
+                        "(vllm:num_requests_waiting, vllm:num_requests_running, vllm:kv_cache_usage_perc), "
+                        "which a Gateway API Inference Extension endpoint picker reads by default")
     add_limit_options(p)
     p.set_defaults(handler=run)
 
@@ -160,7 +164,8 @@ def run(args: argparse.Namespace) -> int:
         async with open_server(model, host=args.host, port=args.port, pool=args.pool, spec=spec, api_key=api_key,
                                n_ctx=args.n_ctx, max_queue=args.max_queue, max_body=args.max_body,
                                model_name=args.model_name, limits=limits, chat_template=template,
-                               cors_origins=origins, **options) as server:
+                               cors_origins=origins,
+                               vllm_metric_names=args.metrics_vllm_names, **options) as server:
             with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
                 print(f"spec-actor: serving {server.state.model_name} on {server.url} "
                       f"(spec {server.pool.actors[0].spec.type}, pool {args.pool}, n_ctx {args.n_ctx}); "

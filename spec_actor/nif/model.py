@@ -13,9 +13,14 @@ ModelHandle = Any  # cdata 'sa_model *', freed by ffi.gc
 
 
 def load(path: str | os.PathLike[str], *, n_gpu_layers: int, use_mmap: bool, use_mlock: bool,
-         load_mtp: bool, vocab_only: bool) -> ModelHandle:
-    """Load a GGUF file; the handle frees the model when garbage-collected."""
+         load_mtp: bool, vocab_only: bool, rpc: list[str] | None = None) -> ModelHandle:
+    """Load a GGUF file; the handle frees the model when garbage-collected.
+
+    ``rpc``: "host:port" of ggml RPC workers that hold some of its layers.
+    """
     params = ffi.new("sa_model_params *")
+    servers = ffi.new("char[]", ",".join(rpc or ()).encode())
+    params.rpc_servers = servers
     params.n_gpu_layers = n_gpu_layers
     params.use_mmap = use_mmap
     params.use_mlock = use_mlock

@@ -246,6 +246,13 @@ def prefix_usage(handle: SessionHandle) -> dict[str, int]:
     return {name: getattr(out, name) for name, _ in ffi.typeof("sa_prefix_usage").fields}
 
 
+def seq_cells(handle: SessionHandle, seq: int) -> tuple[int, int]:
+    """(cells held, cells available) of sequence seq in the target's memory (lock-free, any thread)."""
+    held, capacity = ffi.new("int32_t *"), ffi.new("int32_t *")
+    check(lib.sa_session_seq_cells(handle, seq, held, capacity), "KV cells")
+    return held[0], capacity[0]
+
+
 def memory_usage(handle: SessionHandle) -> tuple[int, int]:
     """(tokens, bytes) the cross-request memory held at the end of the last run."""
     tokens, nbytes = ffi.new("int64_t *"), ffi.new("int64_t *")

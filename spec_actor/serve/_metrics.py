@@ -5,6 +5,13 @@ Names follow vLLM's (``vllm:num_requests_running``,
 ``spec_actor:`` prefix, so dashboards made for vLLM need only the prefix
 changed. Counts come from the native counters at scrape time; the latency
 histograms are observed by the server per request.
+
+The three gauges an inference gateway's endpoint picker routes on (the
+Gateway API Inference Extension's model-server protocol) are
+``num_requests_waiting``, ``num_requests_running`` and
+``kv_cache_usage_perc``; with ``vllm_names`` they are exported under vLLM's
+names too (`VLLM_GAUGES`), which the picker reads by default
+(docs/deployment.md, "Kubernetes").
 """
 
 from __future__ import annotations
@@ -17,9 +24,12 @@ from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 
 from .._pool import ActorPool
 
-__all__ = ["CONTENT_TYPE", "PREFIX", "ServerMetrics"]
+__all__ = ["CONTENT_TYPE", "PREFIX", "VLLM_GAUGES", "ServerMetrics"]
 
 PREFIX = "spec_actor:"
+VLLM_PREFIX = "vllm:"
+VLLM_GAUGES = ("num_requests_waiting", "num_requests_running", "kv_cache_usage_perc")
+"""The gauges exported under vLLM's names as well when asked (``vllm:`` + name)."""
 CONTENT_TYPE = CONTENT_TYPE_PLAIN_0_0_4
 
 _LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 40.0, 80.0, 160.0)
@@ -33,7 +43,7 @@ class ServerMetrics:
     statistics themselves are lock-free).
     """
 
-    def __init__(self, pool: ActorPool, model_name: str) -> None:
+    def __init__(self, pool: ActorPool, model_name: str, *, vllm_names: bool = False) -> None:
         self.registry = CollectorRegistry()
         self.model_name = model_name
         labels = ["model_name"]
@@ -56,7 +66,7 @@ class ServerMetrics:
                                  labels + ["kind"], registry=self.registry)
         for kind in ("send", "read", "request"):
             self._timeouts.labels(model_name, kind)  # exported at 0 from the start
-        self.registry.register(_PoolCollector(pool, model_name))
+        self.registry.register(_PoolCollector(pool, model_name, vllm_names))
 
     def finished(self, reason: str) -> None:
         """Count a finished request."""
@@ -74,16 +84,17 @@ class ServerMetrics:
 class _PoolCollector:
     """Reads the pool's statistics at every scrape."""
 
-    def __init__(self, pool: ActorPool, model_name: str) -> None:
+    def __init__(self, pool: ActorPool, model_name: str, vllm_names: bool) -> None:
         self._pool = pool
         self._labels = [model_name]
+        self._prefixes = (PREFIX, VLLM_PREFIX) if vllm_names else (PREFIX,)
 
     def collect(self) -> Iterator[Metric]:
         pool, labels = self._pool, self._labels
         snap = pool.stats()
 
-        def gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
-            metric = GaugeMetricFamily(PREFIX + name, doc, labels=["model_name"])
+        def gauge(name: str, doc: str, value: float, prefix: str = PREFIX) -> GaugeMetricFamily:
+            metric = GaugeMetricFamily(prefix + name, doc, labels=["model_name"])
             metric.add_metric(labels, value)
             return metric
 
@@ -98,9 +109,15 @@ class _PoolCollector:
                 metric.add_metric(labels + [str(pos)], value)
             return metric
 
-        yield gauge("num_requests_running", "Requests running on an actor.", sum(a.busy for a in pool.actors))
-        yield gauge("num_requests_waiting", "Requests waiting in the actors' queues.",
-                    sum(a.queued for a in pool.actors))
+        held, available = pool.kv_cells()
+        for prefix in self._prefixes:  # the endpoint picker's gauges
+            yield gauge("num_requests_running", "Requests being served: one per actor generating (its prompt "
+                        "being evaluated or its tokens decoded).", sum(a.busy for a in pool.actors), prefix)
+            yield gauge("num_requests_waiting", "Requests queued for an actor, not yet started.",
+                        sum(a.queued for a in pool.actors), prefix)
+            yield gauge("kv_cache_usage_perc", "KV-cache utilization from 0 to 1: cells held over cells available, "
+                        "summed over the actors' sequences; running requests' cells and the prompt prefixes kept "
+                        "between requests count as held.", held / available if available else 0.0, prefix)
         yield counter("prompt_tokens", "Prompt tokens of the requests.", snap.prompt_tokens)
         yield counter("prefix_cache_queries", "Prompt tokens looked up in the actors' prefix caches.",
                       snap.prompt_tokens)

@@ -85,7 +85,8 @@ async def open_server(model: Model, *, host: str = "127.0.0.1", port: int = 8080
                       spec: Spec | str | None = None, api_key: str | None = None, n_ctx: int = 4096,
                       max_queue: int = 16, max_body: int = DEFAULT_MAX_BODY, model_name: str | None = None,
                       limits: ServeLimits | None = None, chat_template: str | None = None,
-                      cors_origins: Sequence[str] = (), **context_options: Any) -> AsyncIterator[Server]:
+                      cors_origins: Sequence[str] = (), vllm_metric_names: bool = False,
+                      **context_options: Any) -> AsyncIterator[Server]:
     """Serve ``model`` over HTTP with OpenAI's API until the block is left or `Server.stop` is called.
 
     Args:
@@ -108,6 +109,9 @@ async def open_server(model: Model, *, host: str = "127.0.0.1", port: int = 8080
             server from a browser, ``"*"`` for any; empty (the default): none, since
             any page a browser opens could otherwise reach a server on loopback
             (docs/server-compatibility.md, "CORS").
+        vllm_metric_names: Also export the inference gateway's three gauges in
+            ``/metrics`` under vLLM's names (``vllm:num_requests_waiting``, ...),
+            which an endpoint picker reads by default.
         context_options: n_threads, n_batch, ... for `open_pool`.
 
     Raises:
@@ -133,7 +137,7 @@ async def open_server(model: Model, *, host: str = "127.0.0.1", port: int = 8080
     name = model_name or Path(model.path).name.removesuffix(".gguf")
     with _bound_socket(host, port) as sock:  # bound before the pool opens: a taken port fails fast, plainly
         async with open_pool(model, **pool_options) as actors:
-            state = ServerState(pool=actors, model_name=name, metrics=ServerMetrics(actors, name),
+            state = ServerState(pool=actors, model_name=name, metrics=ServerMetrics(actors, name, vllm_names=vllm_metric_names),
                                 api_key=api_key, max_body=max_body, limits=limits, chat_template=chat_template)
             url = _url(sock)
             with unwrap_groups():
