@@ -27,6 +27,10 @@ const sa_model * model_retain(const sa_model * m);
 // Drops one reference; the last one frees the llama.cpp model (null: no-op).
 void model_release(const sa_model * m);
 
+// Loads the GGUF at path after checking what llama.cpp would assert on
+// (model/model.cpp); *out is the caller's reference, null on an error.
+sa_status load_model(const char * path, const sa_model_params & params, sa_model ** out);
+
 // A reference held for an object's lifetime (a session's on its models).
 class ModelRef {
 public:
