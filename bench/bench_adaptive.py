@@ -65,6 +65,7 @@ from pathlib import Path
 from typing import Any
 
 from spec_actor import Model, RunResult, Session, Spec, load_model
+from spec_actor.nif import testing as nt
 
 from _common import Rates
 
@@ -150,7 +151,7 @@ def compare_with_plain(model: Model, scenario: Scenario) -> None:
                 i = next((k for k, (a, b) in enumerate(zip(plain.tokens, cell.last.tokens)) if a != b),
                          min(len(plain.tokens), len(cell.last.tokens)))
                 context = probe.tokenize(scenario.prompt) + list(plain.tokens[:i])
-                cell.tie_margin = probe.top2(context)[2]
+                cell.tie_margin = nt.top2(probe._handle, context)[2]
 
 
 def table(scenarios: list[Scenario]) -> None:

@@ -19,7 +19,6 @@ from ._utf8 import Utf8Stream
 from ._validate import check_logprobs
 from .nif import model as _nm
 from .nif import session as _ns
-from .nif import testing as _nt
 
 # ggml type ids accepted for the KV cache (type_k / type_v).
 KV_TYPES = {"f32": 0, "f16": 1, "q4_0": 2, "q4_1": 3, "q5_0": 6, "q5_1": 7, "q8_0": 8, "bf16": 30}
@@ -355,24 +354,6 @@ class Session:
     def print_stats(self) -> None:
         """Print the speculative summary (per drafter under auto) and llama.cpp's performance summary to stderr."""
         _ns.print_stats(self._live())
-
-    def top2(self, tokens: Sequence[int]) -> tuple[int, int, float]:
-        """Test probe: (top-1, top-2, logit margin) of the next token after tokens.
-
-        Runs a plain forward pass outside any run (not while ``run`` is in
-        progress). For tests and benchmarks that judge near-ties of greedy
-        decoding; generation never calls it.
-        """
-        return _nt.top2(self._live(), list(tokens))
-
-    def threads_in_use(self) -> tuple[int, int]:
-        """Test probe: (decode, prompt-batch) compute threads the session uses now.
-
-        With default thread counts the process-wide budget lowers them while
-        other sessions generate (docs/decisions/0027). Call it from the run's
-        own event sink or between runs.
-        """
-        return _nt.threads_in_use(self._live())
 
     # -- lifetime -------------------------------------------------------------
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 import spec_actor
 from spec_actor import Session
+from spec_actor.nif import testing as nt
 
 EOG = -1
 """Stands for the end-of-generation token in compared sequences."""
@@ -150,7 +151,7 @@ def disputed_positions(plain: Session, prompt: str | Sequence[int], spec: Sequen
             break
         assert j < min(len(ref), len(spec) - start), (ref, spec[start:], ends_eog)
         i = start + j
-        top1, top2, margin = plain.top2(context + spec[:i])
+        top1, top2, margin = nt.top2(plain._handle, context + spec[:i])
         logprob = top_logprobs(plain, context + spec[:i])
         best = max(logprob.values())
         gap = max(best - logprob.get(ref[j], -float("inf")), best - logprob.get(spec[i], -float("inf")))
@@ -215,7 +216,7 @@ def is_tie_free(plain: Session, prompt: Sequence[int], n_tokens: int, min_margin
     ``plain`` is a session without speculation on the model.
     """
     tokens = list(plain.run(list(prompt), max_tokens=n_tokens, temp=0.0).tokens)
-    return all(plain.top2(list(prompt) + tokens[:k])[2] >= min_margin for k in range(len(tokens)))
+    return all(nt.top2(plain._handle, list(prompt) + tokens[:k])[2] >= min_margin for k in range(len(tokens)))
 
 
 def tie_free_prompts(model: spec_actor.Model, n: int, seed: int, n_tokens: int,

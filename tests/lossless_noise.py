@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 import spec_actor
 from spec_actor import Session
+from spec_actor.nif import testing as nt
 
 PROMPTS = (
     "The three primary colors are",
@@ -53,9 +54,9 @@ def margin_pairs(model: spec_actor.Model, contexts: Iterable[Sequence[int]], n_u
     """
     contexts = [list(c) for c in contexts]
     with Session(model, n_ctx=n_ctx, n_batch=n_ctx, n_ubatch=1, n_threads=1) as single:
-        singles = [single.top2(c) for c in contexts]
+        singles = [nt.top2(single._handle, c) for c in contexts]
     with Session(model, n_ctx=n_ctx, n_batch=n_ctx, n_ubatch=n_ubatch, n_threads=1) as batch:
-        return [MarginPair(s, batch.top2(c)) for s, c in zip(singles, contexts)]
+        return [MarginPair(s, nt.top2(batch._handle, c)) for s, c in zip(singles, contexts)]
 
 
 def greedy_contexts(model: spec_actor.Model, prompts: Iterable[str], n_tokens: int, every: int) -> list[list[int]]:

@@ -6,7 +6,7 @@ to float rounding, on the float32 tiny model; within the near-tie rule on
 Gemma, whose batched and single-token kernels round differently, decision
 0019). The values are checked against an independent probe too: the
 difference of the two best log-probabilities is the top-1/top-2 logit margin
-that `Session.top2` measures with its own forward pass.
+that `spec_actor.nif.testing.top2` measures with its own forward pass.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from tiny_model_fixtures import tiny_draft, tiny_paths, tiny_target  # noqa: F40
 
 import spec_actor
 from spec_actor import Spec
+from spec_actor.nif import testing as nt
 
 TOP = 5
 
@@ -60,7 +61,7 @@ def test_logprobs_agree_with_an_independent_margin_probe(tiny_target):
     try:
         context = session.tokenize(prompt)
         for i, tok in enumerate(tokens):
-            top1, top2, margin = session.top2(context + list(result.tokens[:i]))
+            top1, top2, margin = nt.top2(session._handle, context + list(result.tokens[:i]))
             (id1, lp1), (id2, lp2) = tok.top_logprobs[:2]
             assert (id1, id2) == (top1, top2)
             assert lp1 - lp2 == pytest.approx(margin, abs=1e-3)

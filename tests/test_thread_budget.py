@@ -2,7 +2,7 @@
 
 Sessions with default thread counts split the process's CPUs while they
 generate together (docs/decisions/0027). The tests observe the thread counts
-a run actually uses (`Session.threads_in_use`, read inside the run's own
+a run actually uses (`spec_actor.nif.testing.threads_in_use`, read inside the run's own
 event sink) with the two runs held in step by events, so no timing matters.
 """
 
@@ -15,6 +15,7 @@ import pytest
 
 import spec_actor
 from spec_actor import Session
+from spec_actor.nif import testing as nt
 from tiny_model_fixtures import tiny_paths, tiny_target  # noqa: F401 - fixtures
 
 PROMPT, MAX_TOKENS = "the quick brown fox", 24
@@ -45,13 +46,13 @@ def _concurrent(first: Session, second: Session) -> tuple[tuple[int, int], tuple
             first_started.set()
             _wait(second_seen)
         elif "first" not in seen:
-            seen["first"] = first.threads_in_use()
+            seen["first"] = nt.threads_in_use(first._handle)
             first_seen.set()
         return True
 
     def second_sink(_events: list) -> bool:
         if "second" not in seen:
-            seen["second"] = second.threads_in_use()
+            seen["second"] = nt.threads_in_use(second._handle)
             second_seen.set()
             _wait(first_seen)
         return True
@@ -76,7 +77,7 @@ def test_two_default_sessions_split_the_cpus_and_keep_their_output(tiny_target: 
     cpus = _cpus()
     with Session(tiny_target, n_ctx=256) as alone:
         want = alone.run(PROMPT, max_tokens=MAX_TOKENS).text
-        assert alone.threads_in_use() == (cpus, cpus)  # alone: every CPU
+        assert nt.threads_in_use(alone._handle) == (cpus, cpus)  # alone: every CPU
     with Session(tiny_target, n_ctx=256) as a, Session(tiny_target, n_ctx=256) as b:
         first, second, texts = _concurrent(a, b)
         share = max(1, cpus // 2)
@@ -84,7 +85,7 @@ def test_two_default_sessions_split_the_cpus_and_keep_their_output(tiny_target: 
         assert texts == [want, want]
         # alone again: the whole budget comes back
         a.run(PROMPT, max_tokens=2)
-        assert a.threads_in_use() == (cpus, cpus)
+        assert nt.threads_in_use(a._handle) == (cpus, cpus)
 
 
 def test_explicit_threads_are_kept_and_count_against_the_budget(tiny_target: spec_actor.Model) -> None:
@@ -99,4 +100,4 @@ def test_explicit_threads_are_kept_and_count_against_the_budget(tiny_target: spe
 def test_explicit_thread_counts_are_used_as_given(tiny_target: spec_actor.Model, n_threads: int) -> None:
     with Session(tiny_target, n_ctx=256, n_threads=n_threads) as session:
         session.run(PROMPT, max_tokens=2)
-        assert session.threads_in_use() == (n_threads, n_threads)
+        assert nt.threads_in_use(session._handle) == (n_threads, n_threads)

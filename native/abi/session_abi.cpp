@@ -1,4 +1,7 @@
-// The C ABI of sessions: create, run, cancel, statistics (see spec_actor.h).
+// The C ABI of sessions: create, run, cancel, statistics, the prefix cache,
+// the cross-request memory and a run's settings (see spec_actor.h).
+#include "draft/step_cost_calibration.h"
+#include "report/logprobs.h"
 #include "session/checks.h"
 #include "engine/engine.h"
 #include "engine/sampler.h"
@@ -180,6 +183,68 @@ void sa_session_print_stats(const sa_session * s) {
         }
         print_prefix_stats(*s);
         common_perf_print(s->ctx_tgt, nullptr);
+    });
+}
+
+sa_status sa_session_set_memory(sa_session * s, int64_t capacity_tokens) {
+    if (s == nullptr) return fail(SA_ERR_INVALID_ARG, "sa_session_set_memory: null session");
+    if (capacity_tokens < 0 || capacity_tokens > ((int64_t) 1 << 30)) {
+        return fail(SA_ERR_INVALID_ARG, "memory=" + std::to_string(capacity_tokens) + " is out of range: 0..2^30 tokens");
+    }
+    s->memory_capacity.store(capacity_tokens);
+    return SA_OK;
+}
+
+sa_status sa_session_prepare(sa_session * s) {
+    if (s == nullptr || !s->engine) return fail(SA_ERR_INVALID_ARG, "sa_session_prepare: null session");
+    prepare_session(*s);
+    return SA_OK;
+}
+
+void sa_session_forget(sa_session * s) {
+    if (s == nullptr) return;
+    s->forget.store(true);
+    for (const auto & slot : s->engine->slots) {
+        slot->forget.store(true);
+        // its kept cells are dropped before the next request places any: free
+        // to use (a running request's are published again by its next step)
+        slot->cells.store(0);
+    }
+}
+
+sa_status sa_session_seq_cells(const sa_session * s, int32_t seq, int32_t * held, int32_t * capacity) {
+    if (s == nullptr || held == nullptr || capacity == nullptr) {
+        return fail(SA_ERR_INVALID_ARG, "sa_session_seq_cells: null argument");
+    }
+    if (seq < 0 || seq >= s->n_seq) {
+        return fail(SA_ERR_INVALID_ARG, "sequence " + std::to_string(seq) + " is outside 0.." + std::to_string(s->n_seq - 1));
+    }
+    *held = s->engine->slots[(size_t) seq]->cells.load();
+    *capacity = s->n_ctx_seq;
+    return SA_OK;
+}
+
+void sa_session_memory_usage(const sa_session * s, int64_t * tokens, int64_t * bytes) {
+    if (s == nullptr) return;
+    if (tokens) *tokens = s->memory_tokens.load();
+    if (bytes) *bytes = s->memory_bytes.load();
+}
+
+sa_status sa_session_set_logprobs(sa_session * session, int32_t n_top) {
+    if (session == nullptr) return fail(SA_ERR_INVALID_ARG, "sa_session_set_logprobs: null session");
+    if (n_top > MAX_TOP_LOGPROBS) {
+        return fail(SA_ERR_INVALID_ARG, "top_logprobs=" + std::to_string(n_top) + " is invalid: use 0 to " +
+                    std::to_string(MAX_TOP_LOGPROBS));
+    }
+    session->n_logprobs.store(n_top < 0 ? -1 : n_top);
+    return SA_OK;
+}
+
+sa_status sa_session_set_grammar_prefill(sa_session * session, const char * text) {
+    if (session == nullptr) return fail(SA_ERR_INVALID_ARG, "sa_session_set_grammar_prefill: null session");
+    return guarded("grammar prefill", [&]() -> sa_status {
+        session->grammar_prefill = text ? text : "";
+        return SA_OK;
     });
 }
 

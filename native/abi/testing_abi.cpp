@@ -1,6 +1,7 @@
-// Test probes: ABI calls that the test suite and benchmarks use to inspect a
-// session. Not part of generation; declared in the TESTING section of
-// spec_actor.h.
+// The testing ABI (abi/spec_actor_testing.h): probes that the test suite and
+// benchmarks use to inspect a session, and the faults they arm on one. Not
+// part of generation.
+#include "abi/spec_actor_testing.h"
 #include "draft/adaptive.h"
 #include "draft/auto_drafter.h"
 #include "session/checks.h"
@@ -16,9 +17,24 @@
 
 #include <algorithm>
 #include <cstring>
+#include <memory>
 #include <utility>
 
 using namespace sa;
+
+namespace {
+
+// The session's TestHooks, made the first time a test arms one.
+TestHooks & armed_hooks(sa_session & s) {
+    TestHooks * hooks = s.test_hooks.load(std::memory_order_acquire);
+    if (hooks == nullptr) {
+        auto made = std::make_unique<TestHooks>();
+        if (s.test_hooks.compare_exchange_strong(hooks, made.get(), std::memory_order_acq_rel)) hooks = made.release();
+    }
+    return *hooks;
+}
+
+}  // namespace
 
 extern "C" {
 
@@ -106,7 +122,7 @@ extern "C" sa_status sa_testing_fix_step_cost_table(sa_session * s, const double
 
 extern "C" sa_status sa_testing_refuse_next_seq_rm(sa_session * s) {
     if (s == nullptr) return fail(SA_ERR_INVALID_ARG, "sa_testing_refuse_next_seq_rm: null session");
-    s->refuse_next_seq_rm.store(true);
+    armed_hooks(*s).refuse_next_seq_rm.store(true);
     return SA_OK;
 }
 
@@ -336,7 +352,7 @@ extern "C" sa_status sa_testing_threads_in_use(const sa_session * s, int32_t * n
 
 extern "C" sa_status sa_testing_fail_decode(sa_session * s, int32_t n) {
     if (s == nullptr || n < 0) return fail(SA_ERR_INVALID_ARG, "sa_testing_fail_decode: null session or n < 0");
-    s->fail_decode_at.store(n);
+    armed_hooks(*s).fail_decode_at.store(n);
     return SA_OK;
 }
 

@@ -42,12 +42,3 @@ int32_t min_ubatch(int32_t type, int32_t n_draft, const sa_model & target) {
 }
 
 }  // namespace sa
-
-extern "C" sa_status sa_spec_type_facts(int32_t type, sa_spec_facts * out) {
-    if (out == nullptr || type < SA_SPEC_NONE || type > SA_SPEC_AUTO) {
-        return sa::fail(SA_ERR_INVALID_ARG, "sa_spec_type_facts: null argument or unknown type");
-    }
-    const sa::SpecTypeFacts & f = sa::spec_facts(type);
-    *out = {f.draft_context, f.drafts_full_length, f.default_n_draft, f.rollback == sa::Rollback::kSnapshots};
-    return SA_OK;
-}

@@ -18,7 +18,8 @@ Sequence::Sequence(sa_session & s, Slot & slot, const sa_run_params & p, common_
       vocab_(llama_model_get_vocab(s.model->model)), mem_tgt_(llama_get_memory(s.ctx_tgt)),
       mem_dft_(s.ctx_dft ? llama_get_memory(s.ctx_dft) : nullptr), n_ctx_(s.n_ctx_seq),
       n_rs_((int32_t) llama_n_rs_seq(s.ctx_tgt)), drafter_(slot.drafter), stats_(*slot.stats), prefix_(*slot.prefix),
-      n_logprobs_(n_logprobs), argmax_(picks_argmax(vocab_, p.sampling)) {}
+      n_logprobs_(n_logprobs), argmax_(picks_argmax(vocab_, p.sampling)),
+      hooks_(s.test_hooks.load(std::memory_order_acquire)) {}
 
 void Sequence::end_with_error(int code, const std::string & msg) {
     errored_ = true;
@@ -212,7 +213,7 @@ bool Sequence::add_verify(common_batch & batch) {
 }
 
 bool Sequence::trim(llama_memory_t mem, llama_pos p0) {
-    if (s_.refuse_next_seq_rm.exchange(false)) return false;
+    if (hooks_ != nullptr && hooks_->take_seq_rm_refusal()) return false;
     return llama_memory_seq_rm(mem, seq_, p0, -1);
 }
 

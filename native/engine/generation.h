@@ -28,6 +28,8 @@ public:
     bool ended() const { return ended_.load(std::memory_order_acquire); }
     sa_status status() const { return status_; }
     const Slot & slot() const { return slot_; }
+    // The faults a test armed on the session before this run started, or null.
+    TestHooks * test_hooks() const { return hooks_; }
     // Whether its prompt is in and it drafts and verifies.
     bool decoding() const { return phase_ == Phase::Decode; }
     // Whether its prompt is in and its first token not yet made.
@@ -127,6 +129,7 @@ private:
     PrefixCache & prefix_;
     const int32_t n_logprobs_;
     const bool argmax_;  // greedy with nothing that could change the pick: sample by argmax (sampler.h)
+    TestHooks * const hooks_;  // the faults a test armed before the run started; null: none (session/test_hooks.h)
 
     Phase phase_ = Phase::Start;
     std::atomic<bool> ended_{false};

@@ -1,9 +1,9 @@
 // Chats rendered with the model's own Jinja template and tool calls parsed
 // back, through llama.cpp's common/chat (what llama-server does by default).
-// Requests and results cross the ABI as JSON text; every exception becomes
-// an SA_ERR_INVALID_ARG naming what was wrong.
+// Requests and results are JSON text; bad input throws, and the ABI
+// (abi/text_abi.cpp) makes that an SA_ERR_INVALID_ARG naming what was wrong.
 #include "engine/sampler.h"
-#include "session/session.h"
+#include "model/text.h"
 #include "support/shim_internal.h"
 
 #include "chat.h"
@@ -20,28 +20,6 @@
 using namespace sa;
 
 namespace {
-
-sa_status copy_out(const std::string & text, char * buf, int32_t cap, int32_t * n_out) {
-    if (text.size() > (size_t) INT32_MAX - 1) return fail(SA_ERR_INVALID_ARG, "result too large");
-    *n_out = (int32_t) text.size();
-    if (buf == nullptr || cap < *n_out + 1) return fail(SA_ERR_BUFFER, "buffer too small");
-    std::memcpy(buf, text.c_str(), text.size() + 1);
-    return SA_OK;
-}
-
-// Runs fn, turning the exceptions of bad input into SA_ERR_INVALID_ARG with their message.
-template <typename Fn>
-sa_status checked(const char * what, Fn && fn) {
-    return guarded(what, [&]() -> sa_status {
-        try {
-            return fn();
-        } catch (const std::bad_alloc &) {
-            throw;
-        } catch (const std::exception & e) {
-            return fail(SA_ERR_INVALID_ARG, e.what());  // the Python side names what failed
-        }
-    });
-}
 
 // common_chat_templates_init rethrows a template's error as a plain std::exception
 // ("throw e;"), its message lost; building the template again throws it whole.
@@ -187,34 +165,10 @@ std::vector<common_grammar_trigger> sa::grammar_triggers_from_json(const llama_m
     return parse_triggers(model, common_json::parse(json));
 }
 
-extern "C" {
-
-sa_status sa_session_set_grammar_prefill(sa_session * session, const char * text) {
-    if (session == nullptr) return fail(SA_ERR_INVALID_ARG, "sa_session_set_grammar_prefill: null session");
-    return guarded("grammar prefill", [&]() -> sa_status {
-        session->grammar_prefill = text ? text : "";
-        return SA_OK;
-    });
+std::string sa::jinja_render(const llama_model * model, const char * request) {
+    return render(model, common_json::parse(request)).dump_safe();
 }
 
-sa_status sa_chat_jinja_apply(const sa_model * model, const char * request, char * buf, int32_t cap,
-                              int32_t * n_out) {
-    if (model == nullptr || request == nullptr || n_out == nullptr) {
-        return fail(SA_ERR_INVALID_ARG, "sa_chat_jinja_apply: null argument");
-    }
-    return checked("chat template", [&]() -> sa_status {
-        return copy_out(render(model->model, common_json::parse(request)).dump_safe(), buf, cap, n_out);
-    });
+std::string sa::jinja_parse(const char * text, bool is_partial, const char * chat) {
+    return parse(text, is_partial, chat).dump_safe();
 }
-
-sa_status sa_chat_jinja_parse(const char * text, int32_t is_partial, const char * chat, char * buf, int32_t cap,
-                              int32_t * n_out) {
-    if (text == nullptr || chat == nullptr || n_out == nullptr) {
-        return fail(SA_ERR_INVALID_ARG, "sa_chat_jinja_parse: null argument");
-    }
-    return checked("parsing the reply", [&]() -> sa_status {
-        return copy_out(parse(text, is_partial != 0, chat).dump_safe(), buf, cap, n_out);
-    });
-}
-
-}  // extern "C"

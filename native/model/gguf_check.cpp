@@ -6,6 +6,8 @@
 #include "gguf.h"
 
 #include <algorithm>
+#include <cstring>
+#include <fstream>
 #include <memory>
 #include <optional>
 #include <string>
@@ -150,6 +152,19 @@ sa_status check_rope(const Meta & m, const std::string & path) {
 }
 
 }  // namespace
+
+sa_status check_gguf_file(const char * path) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) {
+        return fail(SA_ERR_MODEL_LOAD, std::string("model file not found or not readable: ") + path);
+    }
+    char magic[4] = {0, 0, 0, 0};
+    in.read(magic, 4);
+    if (in.gcount() != 4 || std::memcmp(magic, "GGUF", 4) != 0) {
+        return fail(SA_ERR_MODEL_LOAD, std::string(path) + " is not a GGUF file (bad magic); convert it with llama.cpp's convert_hf_to_gguf.py");
+    }
+    return SA_OK;
+}
 
 sa_status check_gguf_metadata(const char * path) {
     gguf_init_params params{};

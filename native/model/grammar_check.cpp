@@ -12,6 +12,7 @@
 // the grammar's cost per generated token grows with its alternatives. The
 // limits come from the caller (sa_grammar_limits); the depth never exceeds
 // SA_GRAMMAR_DEPTH_CEILING, whatever they say.
+#include "model/text.h"
 #include "support/shim_internal.h"
 
 #include <cstdint>
@@ -147,16 +148,6 @@ struct Scanner {
 
 }  // namespace
 
-extern "C" sa_status sa_grammar_check(const char * grammar, const sa_grammar_limits * limits) {
-    if (grammar == nullptr) return fail(SA_ERR_INVALID_ARG, "sa_grammar_check: null grammar");
-    sa_grammar_limits bounds = {SA_GRAMMAR_DEPTH_CEILING, INT32_MAX, INT32_MAX, INT32_MAX};
-    if (limits != nullptr) {
-        if (limits->max_depth < 1 || limits->max_rules < 1 || limits->max_alternatives < 1 ||
-            limits->max_repetition < 1) {
-            return fail(SA_ERR_INVALID_ARG, "sa_grammar_check: every limit must be at least 1");
-        }
-        bounds = *limits;
-        if (bounds.max_depth > SA_GRAMMAR_DEPTH_CEILING) bounds.max_depth = SA_GRAMMAR_DEPTH_CEILING;
-    }
+sa_status sa::check_grammar(const char * grammar, const sa_grammar_limits & bounds) {
     return guarded("checking the grammar", [&] { return Scanner{grammar, grammar, bounds}.run(); });
 }

@@ -1,11 +1,11 @@
 // JSON schema -> GBNF through llama.cpp's own converter (common/json-schema-to-grammar),
 // with every failure turned into SA_ERR_GRAMMAR and a message naming the part.
+#include "model/text.h"
 #include "support/shim_internal.h"
 
 #include "json-schema-to-grammar.h"
 #include "json.h"
 
-#include <cstring>
 #include <stdexcept>
 #include <string>
 
@@ -24,29 +24,20 @@ std::string reason(const std::exception & e) {
 
 }  // namespace
 
-extern "C" sa_status sa_json_schema_to_grammar(const char * schema, char * buf, int32_t cap, int32_t * n_out) {
-    if (schema == nullptr || n_out == nullptr) {
-        return fail(SA_ERR_INVALID_ARG, "sa_json_schema_to_grammar: null argument");
+sa_status sa::json_schema_grammar(const char * schema, std::string & grammar) {
+    try {
+        common_json parsed = common_json::parse(schema);
+        if (!parsed.is_object() && !parsed.is_boolean()) {
+            return fail(SA_ERR_GRAMMAR, "invalid JSON schema: the schema must be a JSON object");
+        }
+        grammar = json_schema_to_grammar(parsed, /* force_gbnf */ true);
+    } catch (const std::bad_alloc &) {
+        throw;
+    } catch (const std::exception & e) {
+        return fail(SA_ERR_GRAMMAR, "invalid JSON schema: " + reason(e));
     }
-    return guarded("converting the JSON schema", [&]() -> sa_status {
-        std::string grammar;
-        try {
-            common_json parsed = common_json::parse(schema);
-            if (!parsed.is_object() && !parsed.is_boolean()) {
-                return fail(SA_ERR_GRAMMAR, "invalid JSON schema: the schema must be a JSON object");
-            }
-            grammar = json_schema_to_grammar(parsed, /* force_gbnf */ true);
-        } catch (const std::bad_alloc &) {
-            throw;
-        } catch (const std::exception & e) {
-            return fail(SA_ERR_GRAMMAR, "invalid JSON schema: " + reason(e));
-        }
-        if (grammar.size() > (size_t) INT32_MAX - 1) {
-            return fail(SA_ERR_GRAMMAR, "invalid JSON schema: its grammar is too large");
-        }
-        *n_out = (int32_t) grammar.size();
-        if (buf == nullptr || cap < *n_out + 1) return fail(SA_ERR_BUFFER, "buffer too small");
-        std::memcpy(buf, grammar.c_str(), grammar.size() + 1);
-        return SA_OK;
-    });
+    if (grammar.size() > (size_t) INT32_MAX - 1) {
+        return fail(SA_ERR_GRAMMAR, "invalid JSON schema: its grammar is too large");
+    }
+    return SA_OK;
 }

@@ -3,7 +3,7 @@
 // serves them (docs/decisions/0097).
 //
 // ggml-rpc's client aborted the process when a worker could not be reached or
-// stopped answering; the edits of native/llama_patches.py make such a
+// stopped answering; patch 0009 (native/llama/patches/) makes such a
 // connection fail instead (its commands complete without I/O and its graph
 // computations fail), and ggml_backend_rpc_server_failed says so. The shim
 // checks that after a model loads, before a session is made and after every
@@ -113,20 +113,14 @@ std::string rpc_failure(const sa_model & m) {
     return "";
 }
 
-}  // namespace sa
-
-using namespace sa;
-
-extern "C" {
-
-int32_t sa_rpc_models_on(const char * endpoint) {
+int32_t rpc_models_on(const char * endpoint) {
     if (endpoint == nullptr) return 0;
     std::lock_guard<std::mutex> lock(g_attached_mutex);
     const auto it = g_attached.find(endpoint);
     return it == g_attached.end() ? 0 : it->second;
 }
 
-sa_status sa_rpc_serve(const char * host, int32_t port, int32_t n_threads) {
+sa_status rpc_serve(const char * host, int32_t port, int32_t n_threads) {
     if (host == nullptr || inet_addr(host) == INADDR_NONE) {
         return fail(SA_ERR_INVALID_ARG, std::string("host ") + (host ? host : "(null)") +
                     " is not an IPv4 address (ggml's RPC server listens on one, e.g. 127.0.0.1 or 0.0.0.0)");
@@ -136,7 +130,7 @@ sa_status sa_rpc_serve(const char * host, int32_t port, int32_t n_threads) {
 #ifndef SA_HAVE_RPC
     return fail(SA_ERR_INVALID_ARG, "this build of spec_actor has no RPC backend (llama.cpp built with GGML_RPC=OFF)");
 #else
-    sa_backend_init();
+    backend_init();
     // as llama.cpp's rpc-server: the accelerators, else the CPU
     std::vector<ggml_backend_dev_t> devices;
     for (size_t i = 0; i < ggml_backend_dev_count(); ++i) {
@@ -156,4 +150,4 @@ sa_status sa_rpc_serve(const char * host, int32_t port, int32_t n_threads) {
 #endif
 }
 
-}  // extern "C"
+}  // namespace sa

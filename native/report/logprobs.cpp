@@ -1,5 +1,4 @@
 #include "report/logprobs.h"
-#include "session/session.h"
 
 #include <algorithm>
 #include <cmath>
@@ -49,13 +48,3 @@ void write_logprobs(MsgpackWriter & w, llama_context * ctx, int32_t idx, llama_t
 }
 
 }  // namespace sa
-
-extern "C" sa_status sa_session_set_logprobs(sa_session * session, int32_t n_top) {
-    if (session == nullptr) return sa::fail(SA_ERR_INVALID_ARG, "sa_session_set_logprobs: null session");
-    if (n_top > sa::MAX_TOP_LOGPROBS) {
-        return sa::fail(SA_ERR_INVALID_ARG, "top_logprobs=" + std::to_string(n_top) + " is invalid: use 0 to " +
-                        std::to_string(sa::MAX_TOP_LOGPROBS));
-    }
-    session->n_logprobs.store(n_top < 0 ? -1 : n_top);
-    return SA_OK;
-}

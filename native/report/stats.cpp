@@ -162,6 +162,8 @@ constexpr int32_t kNumStatsMapKeys = (int32_t) (sizeof kStatsMapKeys / sizeof kS
 
 }  // namespace
 
+const char * stats_map_key(int32_t i) { return i >= 0 && i < kNumStatsMapKeys ? kStatsMapKeys[i] : nullptr; }
+
 void write_stats_map(MsgpackWriter & w, const sa_stats & s) {
     const int n_pos = std::clamp(s.n_pos, 0, SA_MAX_DRAFT_POS);
     w.map((uint32_t) kNumStatsMapKeys);
@@ -171,7 +173,3 @@ void write_stats_map(MsgpackWriter & w, const sa_stats & s) {
 }
 
 }  // namespace sa
-
-extern "C" const char * sa_stats_map_key(int32_t i) {
-    return i >= 0 && i < sa::kNumStatsMapKeys ? sa::kStatsMapKeys[i] : nullptr;
-}

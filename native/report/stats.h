@@ -110,4 +110,7 @@ private:
 // Writes the stats map of the event schema (see spec_actor.h).
 void write_stats_map(MsgpackWriter & w, const sa_stats & s);
 
+// The stats map's i-th key (sa_stats_map_key), or null past the last.
+const char * stats_map_key(int32_t i);
+
 }  // namespace sa

@@ -1,8 +1,7 @@
 // Spec("auto") on a session: which model drafter it may use, its chooser,
-// the cross-request memory's C ABI, and its print_stats summary.
+// and its print_stats summary.
 #include "draft/auto_drafter.h"
 #include "session/session.h"
-#include "draft/step_cost_calibration.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -85,66 +84,3 @@ void print_auto_stats(const sa_session & s) {
 }
 
 }  // namespace sa
-
-using namespace sa;
-
-extern "C" {
-
-sa_status sa_session_set_memory(sa_session * s, int64_t capacity_tokens) {
-    if (s == nullptr) return fail(SA_ERR_INVALID_ARG, "sa_session_set_memory: null session");
-    if (capacity_tokens < 0 || capacity_tokens > ((int64_t) 1 << 30)) {
-        return fail(SA_ERR_INVALID_ARG, "memory=" + std::to_string(capacity_tokens) + " is out of range: 0..2^30 tokens");
-    }
-    s->memory_capacity.store(capacity_tokens);
-    return SA_OK;
-}
-
-sa_status sa_session_prepare(sa_session * s) {
-    if (s == nullptr || !s->engine) return fail(SA_ERR_INVALID_ARG, "sa_session_prepare: null session");
-    sa::prepare_session(*s);
-    return SA_OK;
-}
-
-void sa_session_forget(sa_session * s) {
-    if (s == nullptr) return;
-    s->forget.store(true);
-    for (const auto & slot : s->engine->slots) {
-        slot->forget.store(true);
-        // its kept cells are dropped before the next request places any: free
-        // to use (a running request's are published again by its next step)
-        slot->cells.store(0);
-    }
-}
-
-sa_status sa_session_seq_cells(const sa_session * s, int32_t seq, int32_t * held, int32_t * capacity) {
-    if (s == nullptr || held == nullptr || capacity == nullptr) {
-        return fail(SA_ERR_INVALID_ARG, "sa_session_seq_cells: null argument");
-    }
-    if (seq < 0 || seq >= s->n_seq) {
-        return fail(SA_ERR_INVALID_ARG, "sequence " + std::to_string(seq) + " is outside 0.." + std::to_string(s->n_seq - 1));
-    }
-    *held = s->engine->slots[(size_t) seq]->cells.load();
-    *capacity = s->n_ctx_seq;
-    return SA_OK;
-}
-
-void sa_session_memory_usage(const sa_session * s, int64_t * tokens, int64_t * bytes) {
-    if (s == nullptr) return;
-    if (tokens) *tokens = s->memory_tokens.load();
-    if (bytes) *bytes = s->memory_bytes.load();
-}
-
-const char * sa_drafter_name(int32_t drafter) {
-    // built once: the names of the spec types that draft, and the memory
-    static const std::vector<std::string> names = [] {
-        std::vector<std::string> n(SA_N_DRAFTERS);
-        for (int32_t d = SA_SPEC_NONE; d <= SA_SPEC_NGRAM_CACHE; ++d) n[(size_t) d] = spec_type_name(d);
-        n[SA_DRAFTER_MEMORY] = "memory";
-        n[SA_DRAFTER_TEXT] = "text";
-        n[SA_DRAFTER_SPLICE] = "splice";
-        return n;
-    }();
-    return drafter >= 0 && drafter < SA_N_DRAFTERS ? names[(size_t) drafter].c_str() : "";
-}
-
-}  // extern "C"

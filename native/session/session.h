@@ -9,6 +9,7 @@
 #include "draft/spec_types.h"
 #include "draft/token_memory.h"
 #include "report/stats.h"
+#include "session/test_hooks.h"
 #include "session/thread_budget.h"
 
 #include "ggml-cpu.h"
@@ -49,8 +50,6 @@ struct sa_session {
     bool use_ckpt_tgt = false;  // the target rolls back from checkpoints (recurrent/hybrid)
     bool use_ckpt_dft = false;
     std::atomic<bool> cancel{false};
-    // Testing (sa_testing_refuse_next_seq_rm): the next llama_memory_seq_rm of a run is refused.
-    std::atomic<bool> refuse_next_seq_rm{false};
     sa::Stats stats;
     std::unique_ptr<sa::Drafter> drafter;  // null: plain decoding
     sa::TokenMemory memory;
@@ -58,13 +57,15 @@ struct sa_session {
     std::atomic<bool> forget{false};
     std::atomic<int64_t> memory_tokens{0}, memory_bytes{0};
     sa::PrefixCache prefix;  // the prompt prefix kept between runs
-    std::atomic<int32_t> fail_decode_at{0};  // testing: the next run's n-th target decode ends it with an Error
     std::atomic<int32_t> n_logprobs{-1};  // sa_session_set_logprobs: for the runs that follow
     std::string grammar_prefill;  // sa_session_set_grammar_prefill: set between runs, by the running thread
     int32_t n_seq = 1;      // sequences of the context (sa_context_params.n_seq)
     int32_t prefill_step_ms = 0;  // sa_context_params.prefill_step_ms
     int32_t n_ctx_seq = 0;  // positions each sequence may hold
     std::unique_ptr<sa::Engine> engine;  // its slots; slot 0's state is the members above
+    // The faults a test armed (abi/testing_abi.cpp), made when it armed the
+    // first; null otherwise. A run reads it once, when it starts.
+    std::atomic<sa::TestHooks *> test_hooks{nullptr};
 
     sa_session() = default;
     sa_session(const sa_session &) = delete;
@@ -78,6 +79,7 @@ struct sa_session {
         if (ctx_tgt) llama_free(ctx_tgt);
         if (pool_batch) ggml_threadpool_free(pool_batch);  // after the contexts that use them
         if (pool) ggml_threadpool_free(pool);
+        delete test_hooks.load();
     }
 
     bool cancelled() const { return cancel.load(std::memory_order_relaxed); }

@@ -211,14 +211,3 @@ void clear_memory(llama_context * ctx) {
 }
 
 }  // namespace sa
-
-extern "C" const char * sa_spec_type_name(int32_t type) {
-    // llama.cpp returns std::string: keep one copy per type for the caller.
-    static const std::vector<std::string> names = [] {
-        std::vector<std::string> v;
-        for (int32_t t = SA_SPEC_NONE; t <= SA_SPEC_NGRAM_CACHE; ++t) v.push_back(sa::spec_type_name(t));
-        v.emplace_back("auto");  // SA_SPEC_AUTO: ours, not llama.cpp's
-        return v;
-    }();
-    return type >= SA_SPEC_NONE && type <= SA_SPEC_AUTO ? names[(size_t) type].c_str() : nullptr;
-}

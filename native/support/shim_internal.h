@@ -29,6 +29,10 @@ const sa_model * model_retain(const sa_model * m);
 // Drops one reference; the last one frees the llama.cpp model (null: no-op).
 void model_release(const sa_model * m);
 
+// Loads the GGUF at path after checking what llama.cpp would assert on
+// (model/model.cpp); *out is the caller's reference, null on an error.
+sa_status load_model(const char * path, const sa_model_params & params, sa_model ** out);
+
 // A reference held for an object's lifetime (a session's on its models).
 class ModelRef {
 public:
@@ -58,4 +62,9 @@ void rpc_attach(const sa_model & m, int delta);
 
 // Why the model cannot compute: one of its RPC workers stopped answering; "" when none did.
 std::string rpc_failure(const sa_model & m);
+// Loaded models that use the worker at endpoint ("host:port").
+int32_t rpc_models_on(const char * endpoint);
+// Serves this process's devices to RPC clients on host:port; returns only
+// when it cannot listen (or the arguments are bad).
+sa_status rpc_serve(const char * host, int32_t port, int32_t n_threads);
 }

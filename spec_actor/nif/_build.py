@@ -1,7 +1,9 @@
 """cffi build script: the API-mode extension ``spec_actor.nif._native``.
 
-The C declarations come from ``native/abi/spec_actor.h`` (between its CDEF
-markers), so the header is the single source of truth for the ABI. CMake runs
+The C declarations come from ``native/abi/spec_actor.h`` and, for the
+testing ABI that ``spec_actor.nif.testing`` wraps, ``spec_actor_testing.h``
+beside it (each between its CDEF markers), so the headers are the single
+source of truth for the ABI. CMake runs
 ``python _build.py --emit OUT.c`` and compiles OUT.c together with the shim.
 """
 
@@ -12,7 +14,9 @@ from pathlib import Path
 
 import cffi
 
-HEADER = Path(__file__).resolve().parents[2] / "native" / "abi" / "spec_actor.h"
+ABI = Path(__file__).resolve().parents[2] / "native" / "abi"
+HEADER = ABI / "spec_actor.h"
+TESTING_HEADER = ABI / "spec_actor_testing.h"
 
 # Called by the native loop once per step with a msgpack batch of events.
 CALLBACKS = """
@@ -28,8 +32,8 @@ def cdef_text(header: Path = HEADER) -> str:
 
 def make_ffi() -> cffi.FFI:
     ffi = cffi.FFI()
-    ffi.cdef(cdef_text() + CALLBACKS)
-    ffi.set_source("spec_actor.nif._native", '#include "abi/spec_actor.h"')
+    ffi.cdef(cdef_text(HEADER) + cdef_text(TESTING_HEADER) + CALLBACKS)
+    ffi.set_source("spec_actor.nif._native", '#include "abi/spec_actor.h"\n#include "abi/spec_actor_testing.h"')
     return ffi
 
 

@@ -1,11 +1,34 @@
-// Chat formatting: a conversation rendered with a chat template by llama.cpp.
+// The C ABI of text: chats rendered with a chat template (llama.cpp's fixed
+// list, or the model's own Jinja template) and replies parsed back, GBNF
+// grammars checked, JSON schemas made grammars (see spec_actor.h).
+#include "model/text.h"
 #include "support/shim_internal.h"
 
+#include <cstdint>
 #include <cstring>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
 using namespace sa;
+
+namespace {
+
+// Runs fn, turning the exceptions of bad input into SA_ERR_INVALID_ARG with their message.
+template <typename Fn>
+sa_status checked(const char * what, Fn && fn) {
+    return guarded(what, [&]() -> sa_status {
+        try {
+            return fn();
+        } catch (const std::bad_alloc &) {
+            throw;
+        } catch (const std::exception & e) {
+            return fail(SA_ERR_INVALID_ARG, e.what());  // the Python side names what failed
+        }
+    });
+}
+
+}  // namespace
 
 extern "C" {
 
@@ -60,6 +83,51 @@ sa_status sa_chat_builtin_templates(char * buf, int32_t cap, int32_t * n_out) {
         if (buf == nullptr || cap < *n_out + 1) return fail(SA_ERR_BUFFER, "buffer too small");
         std::memcpy(buf, joined.data(), joined.size() + 1);
         return SA_OK;
+    });
+}
+
+sa_status sa_chat_jinja_apply(const sa_model * model, const char * request, char * buf, int32_t cap,
+                              int32_t * n_out) {
+    if (model == nullptr || request == nullptr || n_out == nullptr) {
+        return fail(SA_ERR_INVALID_ARG, "sa_chat_jinja_apply: null argument");
+    }
+    return checked("chat template", [&]() -> sa_status {
+        return copy_out(jinja_render(model->model, request), buf, cap, n_out);
+    });
+}
+
+sa_status sa_chat_jinja_parse(const char * text, int32_t is_partial, const char * chat, char * buf, int32_t cap,
+                              int32_t * n_out) {
+    if (text == nullptr || chat == nullptr || n_out == nullptr) {
+        return fail(SA_ERR_INVALID_ARG, "sa_chat_jinja_parse: null argument");
+    }
+    return checked("parsing the reply", [&]() -> sa_status {
+        return copy_out(jinja_parse(text, is_partial != 0, chat), buf, cap, n_out);
+    });
+}
+
+sa_status sa_grammar_check(const char * grammar, const sa_grammar_limits * limits) {
+    if (grammar == nullptr) return fail(SA_ERR_INVALID_ARG, "sa_grammar_check: null grammar");
+    sa_grammar_limits bounds = {SA_GRAMMAR_DEPTH_CEILING, INT32_MAX, INT32_MAX, INT32_MAX};
+    if (limits != nullptr) {
+        if (limits->max_depth < 1 || limits->max_rules < 1 || limits->max_alternatives < 1 ||
+            limits->max_repetition < 1) {
+            return fail(SA_ERR_INVALID_ARG, "sa_grammar_check: every limit must be at least 1");
+        }
+        bounds = *limits;
+        if (bounds.max_depth > SA_GRAMMAR_DEPTH_CEILING) bounds.max_depth = SA_GRAMMAR_DEPTH_CEILING;
+    }
+    return check_grammar(grammar, bounds);
+}
+
+sa_status sa_json_schema_to_grammar(const char * schema, char * buf, int32_t cap, int32_t * n_out) {
+    if (schema == nullptr || n_out == nullptr) {
+        return fail(SA_ERR_INVALID_ARG, "sa_json_schema_to_grammar: null argument");
+    }
+    return guarded("converting the JSON schema", [&]() -> sa_status {
+        std::string grammar;
+        const sa_status st = json_schema_grammar(schema, grammar);
+        return st != SA_OK ? st : copy_out(grammar, buf, cap, n_out);
     });
 }
 
