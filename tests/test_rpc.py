@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 import trio
+from greedy_helpers import assert_equal_within_a_near_tie
 from tiny_model_fixtures import tiny_paths, tiny_target  # noqa: F401  (fixtures)
 
 import spec_actor
@@ -104,6 +105,16 @@ def test_greedy_output_through_a_worker_is_the_local_one(worker, tiny_paths, tin
     # a second model on the same worker shares this process's one connection to it
     second = spec_actor.load_model(tiny_paths.target, rpc=[worker.endpoint])
     assert _run(second, prompt).tokens == _run(tiny_target, prompt).tokens
+
+
+def test_gemma_through_a_worker_parts_from_the_local_output_only_at_a_near_tie(worker, gemma):
+    remote = spec_actor.load_model(gemma.path, rpc=[worker.endpoint])
+    prompt = "The harbour was quiet in the early morning. Fishing boats rocked gently at their moorings,"
+    with Session(gemma, spec="none", n_ctx=N_CTX, n_threads=1) as plain:
+        expected = plain.run(prompt, max_tokens=48, temp=0.0).tokens
+        got = _run(remote, prompt).tokens[:48]
+        assert len(got) == len(expected) == 48
+        assert_equal_within_a_near_tie(plain, prompt, got, expected)
 
 
 def test_auto_and_the_prefix_cache_work_through_a_worker(worker, tiny_paths, tiny_target):
