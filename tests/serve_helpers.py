@@ -96,6 +96,8 @@ def subprocess_env() -> dict[str, str]:
 TIMEOUT = 120
 """Seconds a subprocess step may take before the test fails (generous: a loaded machine)."""
 CLI = [sys.executable, "-m", "spec_actor.cli"]
+"""The command line of ``spec-actor``. Run it with ``cwd=TESTS_DIR``: ``python -m`` puts its working
+directory first on sys.path, and a checkout's root would shadow the installed package."""
 
 
 def start_cli_server(*args: str) -> tuple[subprocess.Popen[str], str]:

@@ -230,21 +230,22 @@ def test_the_handshake_speaks_the_built_protocol():
 
 def test_the_worker_command_refuses_bad_addresses_and_warns_off_loopback():
     bad = subprocess.run([*CLI, "rpc-worker", "--host", "example.com"], capture_output=True, text=True,
-                         env=subprocess_env(), timeout=TIMEOUT)
+                         env=subprocess_env(), cwd=TESTS_DIR, timeout=TIMEOUT)
     assert bad.returncode == 2 and "is not an IPv4 address" in bad.stderr
     taken = socket.socket()
     taken.bind(("127.0.0.1", 0))
     taken.listen()
     try:
         busy = subprocess.run([*CLI, "rpc-worker", "--port", str(taken.getsockname()[1])], capture_output=True,
-                              text=True, env=subprocess_env(), timeout=TIMEOUT)
+                              text=True, env=subprocess_env(), cwd=TESTS_DIR, timeout=TIMEOUT)
     finally:
         taken.close()
     assert busy.returncode != 0 and "cannot listen on 127.0.0.1" in busy.stderr
     assert "WARNING" not in busy.stderr
     port = _free_port()
     open_one = subprocess.Popen([*CLI, "rpc-worker", "--host", "0.0.0.0", "--port", str(port), "-t", "1"],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=subprocess_env())
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=subprocess_env(),
+                                cwd=TESTS_DIR)
     try:
         line = open_one.stderr.readline()
     finally:
