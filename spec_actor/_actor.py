@@ -20,7 +20,7 @@ from ._model import Model
 from ._options import RequestOptions
 from ._request import EMPTY_STATS, STARTED, Request, RequestOwner, State
 from ._events import TERMINAL
-from ._session import PAUSE_SEQUENCE, RunResult, Session
+from ._session import PAUSE_SEQUENCE, ActorSession, RunResult, Session
 from ._spec import DEFAULT_SPEC, Spec
 from ._stats import StatsSnapshot
 from ._validate import check_int
@@ -64,7 +64,7 @@ class GenerationActor(StreamSource):
     __slots__ = ("_session", "_max_queue", "_buffer", "_trio_token", "_owner", "_queue", "_lot",
                  "_current", "_closed", "_failure", "_limiter", "_final_stats", "_held")
 
-    def __init__(self, session: Session, nursery: trio.Nursery, *, max_queue: int, buffer: int) -> None:
+    def __init__(self, session: ActorSession, nursery: trio.Nursery, *, max_queue: int, buffer: int) -> None:
         """Serve ``session`` from a task in ``nursery``; the actor frees the session when that task ends."""
         self._session = session
         self._max_queue = max_queue
@@ -86,8 +86,8 @@ class GenerationActor(StreamSource):
     # -- public -----------------------------------------------------------------
 
     @property
-    def session(self) -> Session:
-        """The native session (for its `model`, `spec`, `n_ctx`); do not run it directly."""
+    def session(self) -> ActorSession:
+        """The native session or sequence (for its `model`, `spec`, `n_ctx`); do not run it directly."""
         return self._session
 
     @property
@@ -295,7 +295,7 @@ class GenerationActor(StreamSource):
         """
         if req.cancelled:
             return None
-        on_events = self._pausing_sink(req) if getattr(self._session, "pauses", False) else self._blocking_sink(req)
+        on_events = self._pausing_sink(req) if self._session.pauses else self._blocking_sink(req)
         opts = req.options
         return self._session.run(req.tokens, max_tokens=opts.max_tokens, emit_stats_every=opts.emit_stats_every,
                                  sampling=opts.sampling, on_events=on_events, clear_cancel=False,
@@ -459,7 +459,8 @@ def check_actor_options(model: Model, max_queue: int, stream_buffer: int, contex
 
 
 @asynccontextmanager
-async def serve_session(session: Any, *, max_queue: int, stream_buffer: int) -> AsyncIterator[GenerationActor]:
+async def serve_session(session: ActorSession, *, max_queue: int,
+                        stream_buffer: int) -> AsyncIterator[GenerationActor]:
     """Package-internal: an actor serving session (a `Session` or a `SessionSlot`) until the block ends.
 
     Leaving the block closes the actor and waits for its worker thread;

@@ -1,11 +1,11 @@
-"""Synchronous speculative sessions: one native context, one run at a time."""
+"""Synchronous speculative sessions: one native context, one run per sequence at a time."""
 
 from __future__ import annotations
 
 import dataclasses
 import os
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, ClassVar, Protocol, Sequence
 
 from ._errors import ActorClosedError, ConfigError, PromptError
 from ._events import TERMINAL, BatchDecoder, Done, Eog, Error, Event, RawToken, Token
@@ -98,7 +98,7 @@ class Session:
     Owns one native target context (plus the draft context the speculative
     type needs). ``run`` blocks: the actor calls it in a worker thread.
 
-    Thread-safety: one ``run`` at a time. ``cancel`` and ``stats`` may be
+    Thread-safety: one ``run`` per sequence at a time. ``cancel`` and ``stats`` may be
     called from any thread while ``run`` is in progress; they take no lock.
 
     Cancellation: ``cancel()`` sets a native flag that the loop checks every
@@ -145,6 +145,9 @@ class Session:
     sessions generating at the same time (docs/decisions/0027); explicit
     counts are used as given.
     """
+
+    pauses: ClassVar[bool] = False
+    """A run's event sink blocks the loop while its reader is behind (a `SessionSlot` pauses its sequence)."""
 
     def __init__(self, model: Model, *, spec: Spec | str = DEFAULT_SPEC, memory: int = DEFAULT_MEMORY,
                  prefix_cache: bool = True, prefix_checkpoint_bytes: int = DEFAULT_PREFIX_CHECKPOINT_BYTES,
@@ -257,9 +260,6 @@ class Session:
         check_logprobs(logprobs)
         tokens = self.tokenize(prompt, add_special=add_special, parse_special=parse_special)
         prefill = sampling.grammar_prefill if sampling.grammar else ""
-        if seq is None:
-            _ns.set_logprobs(self._live(), logprobs)
-            _ns.set_grammar_prefill(self._live(), prefill)
         if clear_cancel:
             self.clear_cancel(seq)
         collector = _Collector(self._decoder, on_events)
@@ -281,7 +281,7 @@ class Session:
         """Re-arm after a cancel so the next run (on ``seq``) proceeds."""
         _ns.clear_cancel(self._live()) if seq is None else _ns.clear_cancel_seq(self._live(), seq)
 
-    def resume(self, seq: int) -> None:
+    def resume(self, seq: int = 0) -> None:
         """Undo one pause (`PAUSE_SEQUENCE`) of the run on ``seq`` (any thread; no-op once closed)."""
         handle = self._handle
         if handle is not None:
@@ -407,10 +407,43 @@ def can_batch(model: Model, spec: Spec | str = DEFAULT_SPEC, *, n_batch: int = 2
                          n_ubatch=min(n_ubatch, n_batch))
 
 
+class ActorSession(Protocol):
+    """What a `GenerationActor` runs on: a one-sequence `Session`, or one `SessionSlot` of a batched one.
+
+    The calls are `Session`'s, on the actor's own sequence; ``pauses`` says
+    how a run's event sink holds back a reader that is behind: by pausing
+    the sequence (True) or by blocking the loop (False).
+    """
+
+    pauses: ClassVar[bool]
+
+    @property
+    def model(self) -> Model: ...
+    @property
+    def spec(self) -> Spec: ...
+    @property
+    def n_ctx(self) -> int: ...
+    @property
+    def closed(self) -> bool: ...
+    def tokenize(self, prompt: str | Sequence[int], *, add_special: bool = True,
+                 parse_special: bool = False) -> list[int]: ...
+    def run(self, prompt: str | Sequence[int], *, max_tokens: int = 256, emit_stats_every: int = 0,
+            sampling: Sampling | None = None, on_events: EventSink | None = None, clear_cancel: bool = True,
+            logprobs: int | None = None) -> RunResult: ...
+    def cancel(self) -> None: ...
+    def clear_cancel(self) -> None: ...
+    def resume(self) -> None: ...
+    def stats(self) -> StatsSnapshot: ...
+    def last_stats(self) -> StatsSnapshot: ...
+    def forget(self) -> None: ...
+    def print_stats(self) -> None: ...
+    def close(self) -> None: ...
+
+
 class SessionSlot:
     """One sequence of a `Session` made with ``n_seq`` > 1: what one actor of a batched pool runs on.
 
-    Has the part of `Session`'s API that `GenerationActor` uses. Runs on
+    An `ActorSession`, as a one-sequence `Session` is. Runs on
     different slots of one session go on at the same time, in one batch per
     engine step (docs/decisions/0050); ``stats`` and ``last_stats`` count
     this slot's requests only.
@@ -421,7 +454,7 @@ class SessionSlot:
     slot's actor has ended.
     """
 
-    pauses = True
+    pauses: ClassVar[bool] = True
     """A run's event sink pauses the sequence (`PAUSE_SEQUENCE`) instead of blocking the batch."""
 
     def __init__(self, session: Session, seq: int) -> None:

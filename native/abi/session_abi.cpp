@@ -1,5 +1,5 @@
 // The C ABI of sessions: create, run, cancel, statistics, the prefix cache,
-// the cross-request memory and a run's settings (see spec_actor.h).
+// the cross-request memory (see spec_actor.h).
 #include "draft/step_cost_calibration.h"
 #include "report/logprobs.h"
 #include "session/checks.h"
@@ -67,19 +67,16 @@ sa_status sa_session_new(sa_model * model, const sa_context_params * cparams, co
 
 void sa_session_free(sa_session * session) { delete session; }
 
-sa_status sa_session_run(sa_session * s, const sa_run_params * params, sa_event_cb cb, void * user) {
+sa_status sa_session_run(sa_session * s, int32_t seq, const sa_run_params * params, int32_t n_logprobs,
+                         const char * grammar_prefill, sa_event_cb cb, void * user) {
     if (s == nullptr || params == nullptr) return fail(SA_ERR_INVALID_ARG, "sa_session_run: null argument");
-    return sa_session_run_seq(s, 0, params, s->n_logprobs.load(), s->grammar_prefill.c_str(), cb, user);
-}
-
-sa_status sa_session_run_seq(sa_session * s, int32_t seq, const sa_run_params * params, int32_t n_logprobs,
-                             const char * grammar_prefill, sa_event_cb cb, void * user) {
-    if (s == nullptr || params == nullptr) return fail(SA_ERR_INVALID_ARG, "sa_session_run_seq: null argument");
     if (seq < 0 || seq >= s->n_seq) {
         return fail(SA_ERR_INVALID_ARG, "seq=" + std::to_string(seq) + " is out of range: the session has " +
                     std::to_string(s->n_seq) + " sequence(s)");
     }
-    if (n_logprobs < -1 || n_logprobs > 20) return fail(SA_ERR_INVALID_ARG, "n_logprobs must be -1 (none) or 0..20");
+    if (n_logprobs < -1 || n_logprobs > MAX_TOP_LOGPROBS) {
+        return fail(SA_ERR_INVALID_ARG, "n_logprobs must be -1 (none) or 0.." + std::to_string(MAX_TOP_LOGPROBS));
+    }
     sa_status st = validate_run(*s, *params);
     if (st != SA_OK) return st;
     if (s->cancelled() || s->engine->slots[(size_t) seq]->cancel.load()) return SA_CANCELLED;
@@ -228,24 +225,6 @@ void sa_session_memory_usage(const sa_session * s, int64_t * tokens, int64_t * b
     if (s == nullptr) return;
     if (tokens) *tokens = s->memory_tokens.load();
     if (bytes) *bytes = s->memory_bytes.load();
-}
-
-sa_status sa_session_set_logprobs(sa_session * session, int32_t n_top) {
-    if (session == nullptr) return fail(SA_ERR_INVALID_ARG, "sa_session_set_logprobs: null session");
-    if (n_top > MAX_TOP_LOGPROBS) {
-        return fail(SA_ERR_INVALID_ARG, "top_logprobs=" + std::to_string(n_top) + " is invalid: use 0 to " +
-                    std::to_string(MAX_TOP_LOGPROBS));
-    }
-    session->n_logprobs.store(n_top < 0 ? -1 : n_top);
-    return SA_OK;
-}
-
-sa_status sa_session_set_grammar_prefill(sa_session * session, const char * text) {
-    if (session == nullptr) return fail(SA_ERR_INVALID_ARG, "sa_session_set_grammar_prefill: null session");
-    return guarded("grammar prefill", [&]() -> sa_status {
-        session->grammar_prefill = text ? text : "";
-        return SA_OK;
-    });
 }
 
 }  // extern "C"

@@ -29,8 +29,8 @@
  *                                        partial UTF-8 sequence)
  *    [0, token_id:int, piece:bin, logprobs:array]
  *                                        the same with the target's log-
- *                                        probabilities, when asked for with
- *                                        sa_session_set_logprobs
+ *                                        probabilities, when the run asks for
+ *                                        them (sa_session_run's n_logprobs)
  *    [1, stats:map]                      SA_EV_STATS  a stats snapshot (below)
  *    [2, stats:map]                      SA_EV_DONE   max_tokens reached (terminal)
  *    [3, stats:map, eog_token_id:int]    SA_EV_EOG    end-of-generation token (terminal;
@@ -299,20 +299,26 @@ sa_status sa_grammar_check(const char * grammar, const sa_grammar_limits * limit
 sa_status sa_session_new(sa_model * model, const sa_context_params * cparams,
                          const sa_spec_params * sparams, sa_session ** out);
 void sa_session_free(sa_session * session);
-sa_status sa_session_run(sa_session * session, const sa_run_params * params,
-                         sa_event_cb cb, void * user);
 void sa_session_cancel(sa_session * session);
 void sa_session_clear_cancel(sa_session * session);
 
 /* THE BATCHED ENGINE (docs/decisions/0050): a session made with n_seq = N
  * runs up to N requests at once, one per sequence 0..N-1, all in one decode
- * per step. sa_session_run is sa_session_run_seq on sequence 0 with the
- * session's logprobs and grammar prefill settings. sa_session_run_seq blocks
- * until its request ended; the threads calling it take turns to run the
- * engine's steps (any of them may call another request's callback). One
- * request per sequence at a time. */
-sa_status sa_session_run_seq(sa_session * session, int32_t seq, const sa_run_params * params, int32_t n_logprobs,
-                             const char * grammar_prefill, sa_event_cb cb, void * user);
+ * per step; a session of one sequence is the case N = 1.
+ * sa_session_run, the one way to start a request, runs it on sequence seq
+ * with its settings as arguments, and blocks until it ended; the threads
+ * calling it take turns to run the engine's steps (any of them may call
+ * another request's callback). One request per sequence at a time.
+ * n_logprobs: -1 none, else its token events carry the target's
+ * log-probabilities, the token's and the n_logprobs (at most 20) most likely
+ * tokens' at its position (a 4th field of the token event: [logprob:float,
+ * [[token_id:int, logprob:float], ...]], most likely first).
+ * grammar_prefill: the run's grammar is a tool-call grammar that has already
+ * read this text (sa_chat_jinja_apply's "generation_prompt", which its
+ * grammar starts with and the prompt already ends with); NULL or "": a
+ * plain grammar. */
+sa_status sa_session_run(sa_session * session, int32_t seq, const sa_run_params * params, int32_t n_logprobs,
+                         const char * grammar_prefill, sa_event_cb cb, void * user);
 /* Sequences of the session (its n_seq). */
 int32_t sa_session_n_seq(const sa_session * session);
 /* Whether a session with these parameters may have n_seq > 1: every spec
@@ -373,17 +379,11 @@ const char * sa_drafter_name(int32_t drafter);
 /* llama.cpp's own speculative summary (common_speculative_print_stats) to stderr. */
 void sa_session_print_stats(const sa_session * session);
 
-/* Structured output, logprobs and Jinja chat. */
+/* Structured output and Jinja chat. */
 /* JSON schema -> GBNF by llama.cpp's converter (common/json-schema-to-grammar).
  * SA_ERR_GRAMMAR names the part it cannot convert; SA_ERR_BUFFER with
  * *n_out = needed length (without NUL) if cap is too small. */
 sa_status sa_json_schema_to_grammar(const char * schema, char * buf, int32_t cap, int32_t * n_out);
-/* Token events of the runs that follow carry the target's log-probabilities:
- * n_top < 0 none (the default), else the token's and the n_top (at most 20)
- * most likely tokens' at its position (a 4th field of the token event:
- * [logprob:float, [[token_id:int, logprob:float], ...]], most likely first).
- * Call it between runs. */
-sa_status sa_session_set_logprobs(sa_session * session, int32_t n_top);
 /* A chat rendered with the model's own Jinja template by llama.cpp's
  * common_chat_templates_apply, as llama-server renders it. request: JSON
  * {"messages": [OpenAI messages], "tools": [OpenAI tools], "tool_choice":
@@ -401,11 +401,6 @@ sa_status sa_chat_jinja_apply(const sa_model * model, const char * request, char
  * "arguments", "id"}]}; is_partial for text that may continue. */
 sa_status sa_chat_jinja_parse(const char * text, int32_t is_partial, const char * chat, char * buf, int32_t cap,
                               int32_t * n_out);
-/* The grammar of the runs that follow is a tool-call grammar that has already
- * read text (sa_chat_jinja_apply's "generation_prompt", which its grammar
- * starts with and the prompt already ends with); NULL or "": a plain grammar.
- * Call it between runs. */
-sa_status sa_session_set_grammar_prefill(sa_session * session, const char * text);
 
 /* CDEF-END */
 

@@ -57,8 +57,6 @@ struct sa_session {
     std::atomic<bool> forget{false};
     std::atomic<int64_t> memory_tokens{0}, memory_bytes{0};
     sa::PrefixCache prefix;  // the prompt prefix kept between runs
-    std::atomic<int32_t> n_logprobs{-1};  // sa_session_set_logprobs: for the runs that follow
-    std::string grammar_prefill;  // sa_session_set_grammar_prefill: set between runs, by the running thread
     int32_t n_seq = 1;      // sequences of the context (sa_context_params.n_seq)
     int32_t prefill_step_ms = 0;  // sa_context_params.prefill_step_ms
     int32_t n_ctx_seq = 0;  // positions each sequence may hold

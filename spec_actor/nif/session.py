@@ -95,9 +95,8 @@ def run(handle: SessionHandle, tokens: list[int], *, max_tokens: int, emit_stats
     continue (`PAUSE_ANSWER`: pause until `resume_seq`). Returns OK (a
     terminal event was delivered), CANCELLED or STOPPED; raises for invalid
     input and re-raises an exception that on_batch raised. Blocks: call it
-    from a worker thread. With ``seq`` the request runs on that sequence
-    with its own ``logprobs`` and ``grammar_prefill``; without, on sequence
-    0 with the session's settings.
+    from a worker thread. The request runs on sequence ``seq`` (None: 0, a
+    one-sequence session's) with its own ``logprobs`` and ``grammar_prefill``.
     """
     keepalive: list[Any] = []
     params = ffi.new("sa_run_params *")
@@ -109,26 +108,13 @@ def run(handle: SessionHandle, tokens: list[int], *, max_tokens: int, emit_stats
     fill(params.sampling, sampling, keepalive)
     callback = _Callback(on_batch)
     user = ffi.new_handle(callback)
-    if seq is None:
-        status = lib.sa_session_run(handle, params, lib._sa_on_events, user)
-    else:
-        status = lib.sa_session_run_seq(handle, seq, params, -1 if logprobs is None else logprobs,
-                                        grammar_prefill.encode("utf-8"), lib._sa_on_events, user)
+    status = lib.sa_session_run(handle, 0 if seq is None else seq, params, -1 if logprobs is None else logprobs,
+                                grammar_prefill.encode("utf-8"), lib._sa_on_events, user)
     if callback.error is not None:
         raise callback.error
     if status not in (OK, CANCELLED, STOPPED):
         check(status, "generate")
     return status
-
-
-def set_logprobs(handle: SessionHandle, n_top: int | None) -> None:
-    """Token events of the following runs carry log-probabilities: None none, else n_top (0..20) alternatives."""
-    check(lib.sa_session_set_logprobs(handle, -1 if n_top is None else n_top), "logprobs")
-
-
-def set_grammar_prefill(handle: SessionHandle, text: str) -> None:
-    """The grammar of the following runs has already read ``text`` ("" for none)."""
-    check(lib.sa_session_set_grammar_prefill(handle, text.encode("utf-8")), "grammar prefill")
 
 
 def cancel(handle: SessionHandle) -> None:
