@@ -106,7 +106,7 @@ class ActorPool(StreamSource):
             actor.forget()
 
     def print_stats(self) -> None:
-        """Print llama.cpp's summary for each actor to stderr."""
+        """Print each actor's summary to stderr: its own drafters and prefix cache, and llama.cpp's."""
         for actor in self._actors:
             actor.print_stats()
 

@@ -351,9 +351,14 @@ class Session:
         counts = [_ns.seq_cells(handle, s) for s in (range(self.n_seq) if seq is None else (seq,))]
         return sum(held for held, _ in counts), sum(capacity for _, capacity in counts)
 
-    def print_stats(self) -> None:
-        """Print the speculative summary (per drafter under auto) and llama.cpp's performance summary to stderr."""
-        _ns.print_stats(self._live())
+    def print_stats(self, seq: int | None = None) -> None:
+        """Print the speculative summary (per drafter under auto), the prefix cache's and llama.cpp's to stderr.
+
+        The drafters and the prefix cache are those of sequence ``seq``
+        (None: 0, a one-sequence session's); llama.cpp's performance summary
+        is the context's, which the sequences share.
+        """
+        _ns.print_stats(self._live(), 0 if seq is None else seq)
 
     # -- lifetime -------------------------------------------------------------
 
@@ -516,7 +521,8 @@ class SessionSlot:
         return self._session.kv_cells(self.seq)
 
     def print_stats(self) -> None:
-        self._session.print_stats()
+        """`Session.print_stats` of this slot's sequence: its own drafters and prefix cache."""
+        self._session.print_stats(self.seq)
 
     def close(self) -> None:
         self._closed = True

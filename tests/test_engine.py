@@ -11,6 +11,7 @@ from __future__ import annotations
 import ctypes
 import os
 import random
+import re
 import threading
 from typing import Any
 
@@ -243,6 +244,29 @@ async def test_each_requests_statistics_count_its_own_tokens(tiny_target):  # no
         total = pool.stats()
         assert total.tokens_emitted == sum(len(t) for t, _ in results.values())
         assert total.requests == 4
+
+
+async def test_each_actor_of_a_batched_pool_counts_and_prints_its_own_sequence(tiny_target, capfd):  # noqa: F811
+    # issue 47: slot 0 was the session's own state, and every actor of a
+    # batched pool printed slot 0's drafters and prefix cache as its own
+    prompts = _prompts(tiny_target, 2, seed=11)
+    async with open_pool(tiny_target, size=2, spec="auto", n_ctx=N_CTX, n_batch=64, n_ubatch=64,
+                         n_threads=1) as pool:
+        first, second = pool.actors
+        await _collect(first, prompts[0], max_tokens=8, temp=0.0)
+        for _ in range(2):  # the repeat reuses its prefix and drafts from the cross-request memory
+            await _collect(second, prompts[1] * 3, max_tokens=40, temp=0.0)
+        stats = [actor.stats() for actor in pool.actors]
+        assert [s.requests for s in stats] == [1, 2] and stats[0].drafters != stats[1].drafters
+        total = pool.stats()
+        assert (total.requests, total.tokens_emitted) == (3, sum(s.tokens_emitted for s in stats))
+        for actor, snap in zip(pool.actors, stats):
+            capfd.readouterr()
+            actor.print_stats()
+            err = capfd.readouterr().err
+            rows = re.findall(r"^  (\S+) +(\d+) +(\d+) +(\d+)$", err, re.M)
+            assert rows == [(d.name, str(d.steps), str(d.drafted), str(d.accepted)) for d in snap.drafters], err
+            assert f"{snap.prompt_reused} of {snap.prompt_tokens} prompt tokens reused" in err, err
 
 
 def test_every_spec_batches(hybrid_model, hybrid_model_without_mtp, tiny_target, tiny_draft, tiny_dflash):  # noqa: F811

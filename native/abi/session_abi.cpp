@@ -17,13 +17,13 @@ using namespace sa;
 
 namespace {
 
-void print_prefix_stats(const sa_session & s) {
+void print_prefix_stats(const sa_session & s, const Slot & slot) {
     sa_stats total;
-    s.stats.read(0, &total);
+    slot.stats->read(0, &total);
     sa_prefix_usage u;
-    s.prefix.usage(&u);
+    slot.prefix->usage(&u);
     std::fprintf(stderr, "prefix cache: %s, %llu of %llu prompt tokens reused, %lld tokens held",
-                 s.prefix.enabled.load() ? "on" : "off", (unsigned long long) total.prompt_reused,
+                 slot.prefix->enabled.load() ? "on" : "off", (unsigned long long) total.prompt_reused,
                  (unsigned long long) total.prompt_tokens, (long long) u.tokens);
     if (needs_checkpoints(s)) {
         std::fprintf(stderr, ", %lld checkpoints (%.2f MiB; %lld saved in %.1f ms, %lld restored in %.1f ms)",
@@ -143,10 +143,10 @@ void sa_session_clear_cancel(sa_session * s) {
 
 void sa_session_stats(const sa_session * s, int32_t which, sa_stats * out) {
     if (s == nullptr || out == nullptr) return;
-    s->stats.read(which, out);
+    s->slot0().stats->read(which, out);
 }
 
-uint64_t sa_session_stats_version(const sa_session * s) { return s ? s->stats.version() : 0; }
+uint64_t sa_session_stats_version(const sa_session * s) { return s ? s->slot0().stats->version() : 0; }
 
 sa_status sa_session_set_prefix_cache(sa_session * s, int32_t enabled, int64_t checkpoint_bytes) {
     if (s == nullptr) return fail(SA_ERR_INVALID_ARG, "sa_session_set_prefix_cache: null session");
@@ -161,24 +161,25 @@ sa_status sa_session_set_prefix_cache(sa_session * s, int32_t enabled, int64_t c
 }
 
 void sa_session_prefix_usage(const sa_session * s, sa_prefix_usage * out) {
-    if (s != nullptr && out != nullptr) s->prefix.usage(out);
+    if (s != nullptr && out != nullptr) s->slot0().prefix->usage(out);
 }
 
 uint32_t sa_session_n_ctx(const sa_session * s) { return s ? (uint32_t) s->n_ctx_seq : 0; }
 
 uint32_t sa_session_n_batch(const sa_session * s) { return s ? llama_n_batch(s->ctx_tgt) : 0; }
 
-void sa_session_print_stats(const sa_session * s) {
-    if (s == nullptr) return;
+void sa_session_print_stats(const sa_session * s, int32_t seq) {
+    const Slot * slot = slot_of(s, seq);
+    if (slot == nullptr) return;
     print_with_log_level(3, [&] {
         if (s->plan.automatic) {
-            print_auto_stats(*s);
-        } else if (s->spec) {
-            common_speculative_print_stats(s->spec);
+            print_auto_stats(*s, *slot);
+        } else if (slot->spec) {
+            common_speculative_print_stats(slot->spec);
         } else {
             std::fprintf(stderr, "speculative decoding: none (plain decoding)\n");
         }
-        print_prefix_stats(*s);
+        print_prefix_stats(*s, *slot);
         common_perf_print(s->ctx_tgt, nullptr);
     });
 }

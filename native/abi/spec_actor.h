@@ -329,12 +329,13 @@ void sa_session_cancel_seq(sa_session * session, int32_t seq);
 void sa_session_clear_cancel_seq(sa_session * session, int32_t seq);
 /* Undo one SA_CB_PAUSE of seq's callback (any thread). */
 void sa_session_resume_seq(sa_session * session, int32_t seq);
-/* sa_session_stats for one sequence's requests (sequence 0's are the session's). */
+/* sa_session_stats for one sequence's requests. */
 void sa_session_seq_stats(const sa_session * session, int32_t seq, int32_t which, sa_stats * out);
 uint64_t sa_session_seq_stats_version(const sa_session * session, int32_t seq);
 /* Steps run since the session was made, for tests that count in steps. */
 uint64_t sa_session_steps(const sa_session * session);
-/* which: 0 cumulative for the session, 1 the last (or current) run. */
+/* Sequence 0's statistics, a one-sequence session's (sa_session_seq_stats for
+ * any sequence): which: 0 cumulative, 1 the last (or current) run. */
 void sa_session_stats(const sa_session * session, int32_t which, sa_stats * out);
 /* Changes whenever any statistic does; equal values mean equal snapshots. */
 uint64_t sa_session_stats_version(const sa_session * session);
@@ -373,11 +374,14 @@ typedef struct {
  * recurrent and hybrid models (0: none; only a request that continues the
  * whole cached sequence reuses it there). Takes effect before the next run. */
 sa_status sa_session_set_prefix_cache(sa_session * session, int32_t enabled, int64_t checkpoint_bytes);
+/* What sequence 0's prefix cache holds (a one-sequence session's). */
 void sa_session_prefix_usage(const sa_session * session, sa_prefix_usage * out);
 /* llama.cpp's name of a drafter id ("ngram-mod", "memory", "none"); "" when unknown. */
 const char * sa_drafter_name(int32_t drafter);
-/* llama.cpp's own speculative summary (common_speculative_print_stats) to stderr. */
-void sa_session_print_stats(const sa_session * session);
+/* Sequence seq's summary to stderr: its drafters (per drafter under auto,
+ * else llama.cpp's common_speculative_print_stats), its prefix cache, and
+ * llama.cpp's performance summary of the context they share. */
+void sa_session_print_stats(const sa_session * session, int32_t seq);
 
 /* Structured output and Jinja chat. */
 /* JSON schema -> GBNF by llama.cpp's converter (common/json-schema-to-grammar).

@@ -22,11 +22,11 @@ Slot::~Slot() {
 
 namespace {
 
-// A slot's drafter, made like the session's (create_session): over the
-// session's common_speculative where a draft context serves every sequence,
+// A slot's drafter: slot 0's over the session's common_speculative, as is
+// every slot's where a draft context serves every sequence,
 // else over the slot's own (an n-gram type's tables are per sequence).
 sa_status make_slot_drafter(sa_session & s, Slot & slot) {
-    common_speculative * spec = shares_draft_context(s) ? s.spec : nullptr;
+    common_speculative * spec = slot.seq == 0 || shares_draft_context(s) ? s.spec : nullptr;
     llama_seq_id spec_seq = slot.seq;  // the slot's sequence of spec (its own spec has one: 0)
     if (spec == nullptr && s.plan.type != SA_SPEC_NONE) {
         common_params_speculative ps = make_spec_params(s);
@@ -41,6 +41,7 @@ sa_status make_slot_drafter(sa_session & s, Slot & slot) {
     }
     sa_status st = make_drafter(s, spec, spec_seq, slot.own_drafter);
     slot.drafter = slot.own_drafter.get();
+    slot.spec = spec;
     return st;
 }
 
@@ -136,7 +137,9 @@ void allocate_step_drafts(const std::vector<Sequence *> & drafting, int32_t capa
 // false: the drafter failed. One sequence's own context is fed by its
 // drafter (Sequence::complete).
 bool feed_shared_draft_context(sa_session & s, const common_batch & batch) {
-    if (!shares_draft_context(s) || s.drafter == nullptr || s.drafter->catches_up()) return true;
+    // one drafter kind on every slot: slot 0's answers for the shared context
+    const Drafter * drafter = s.slot0().drafter;
+    if (!shares_draft_context(s) || drafter == nullptr || drafter->catches_up()) return true;
     return common_speculative_process(s.spec, batch);
 }
 
@@ -284,19 +287,13 @@ sa_status create_engine(sa_session & s, int32_t n_seq) {
     for (int32_t i = 0; i < n_seq; ++i) {
         auto slot = std::make_unique<Slot>();
         slot->seq = i;
-        if (i == 0) {
-            slot->stats = &s.stats;
-            slot->prefix = &s.prefix;
-            slot->drafter = s.drafter.get();
-        } else {
-            slot->own_stats = std::make_unique<Stats>();
-            slot->own_prefix = std::make_unique<PrefixCache>();
-            slot->stats = slot->own_stats.get();
-            slot->prefix = slot->own_prefix.get();
-            slot->prefix->seq = i;
-            slot->stats->set_n_draft(s.drafter ? s.plan.n_verify : 0);
-            if (sa_status st = make_slot_drafter(s, *slot); st != SA_OK) return st;
-        }
+        slot->own_stats = std::make_unique<Stats>();
+        slot->own_prefix = std::make_unique<PrefixCache>();
+        slot->stats = slot->own_stats.get();
+        slot->prefix = slot->own_prefix.get();
+        slot->prefix->seq = i;
+        if (sa_status st = make_slot_drafter(s, *slot); st != SA_OK) return st;
+        slot->stats->set_n_draft(slot->drafter ? s.plan.n_verify : 0);
         e->slots.push_back(std::move(slot));
     }
     s.engine = std::move(e);

@@ -28,15 +28,15 @@ namespace sa {
 
 class Sequence;
 
-// One sequence id and what it keeps between requests. Slot 0's statistics,
-// prefix cache and drafter are the session's own members (the ABI before the
-// engine reads them there); the other slots own theirs.
+// One sequence id and what it keeps between requests: its statistics,
+// prefix cache and drafter, alike in every slot.
 struct Slot {
     llama_seq_id seq = 0;
-    Stats * stats = nullptr;
-    PrefixCache * prefix = nullptr;
-    Drafter * drafter = nullptr;  // null: plain decoding
-    std::atomic<bool> cancel{false};   // sa_session_cancel_seq (slot 0 also honours the session's flag)
+    Stats * stats = nullptr;          // own_stats
+    PrefixCache * prefix = nullptr;   // own_prefix
+    Drafter * drafter = nullptr;      // own_drafter; null: plain decoding
+    common_speculative * spec = nullptr;  // what its drafter drafts with: the session's, or own_spec
+    std::atomic<bool> cancel{false};   // sa_session_cancel_seq (every slot also honours the session's flag)
     std::atomic<bool> forget{false};   // drop the kept prefix when the next request starts
     std::atomic<int32_t> pauses{0};    // > 0: its reader is behind; the steps skip it
     // Positions its sequence holds in the target's memory (its cells of the
@@ -85,8 +85,8 @@ struct Engine {
     }
 };
 
-// Makes the session's slots (slot 0 from the session's members) and the
-// step batch; after create_session.
+// Makes the session's slots, each with its stats, prefix cache and drafter,
+// and the step batch; at the end of create_session.
 sa_status create_engine(sa_session & s, int32_t n_seq);
 
 // Runs fn as the engine's step when no request runs (one that starts

@@ -66,9 +66,9 @@ sa_status make_auto_drafter(sa_session & s, common_speculative * spec, llama_seq
     return SA_OK;
 }
 
-void print_auto_stats(const sa_session & s) {
+void print_auto_stats(const sa_session & s, const Slot & slot) {
     sa_stats snap;
-    s.stats.read(0, &snap);
+    slot.stats->read(0, &snap);
     std::fprintf(stderr, "speculative decoding: auto, memory %lld tokens (drafter: steps, drafted, accepted)\n",
                  (long long) s.memory_tokens.load());
     for (int32_t d = 0; d < SA_N_DRAFTERS; ++d) {
@@ -76,11 +76,11 @@ void print_auto_stats(const sa_session & s) {
         std::fprintf(stderr, "  %-14s %8llu %8llu %8llu\n", sa_drafter_name(d), (unsigned long long) snap.drafter_steps[d],
                      (unsigned long long) snap.drafter_drafted[d], (unsigned long long) snap.drafter_accepted[d]);
     }
-    const auto * autod = dynamic_cast<const AutoDrafter *>(s.drafter.get());
+    const auto * autod = dynamic_cast<const AutoDrafter *>(slot.drafter);
     if (autod != nullptr && autod->model_dropped()) {
         std::fprintf(stderr, "  %s dropped: it cost more than it earned\n", sa_drafter_name(s.plan.type));
     }
-    if (s.spec) common_speculative_print_stats(s.spec);
+    if (slot.spec) common_speculative_print_stats(slot.spec);
 }
 
 }  // namespace sa

@@ -50,17 +50,15 @@ struct sa_session {
     bool use_ckpt_tgt = false;  // the target rolls back from checkpoints (recurrent/hybrid)
     bool use_ckpt_dft = false;
     std::atomic<bool> cancel{false};
-    sa::Stats stats;
-    std::unique_ptr<sa::Drafter> drafter;  // null: plain decoding
     sa::TokenMemory memory;
     std::atomic<int64_t> memory_capacity{0};
     std::atomic<bool> forget{false};
     std::atomic<int64_t> memory_tokens{0}, memory_bytes{0};
-    sa::PrefixCache prefix;  // the prompt prefix kept between runs
     int32_t n_seq = 1;      // sequences of the context (sa_context_params.n_seq)
     int32_t prefill_step_ms = 0;  // sa_context_params.prefill_step_ms
     int32_t n_ctx_seq = 0;  // positions each sequence may hold
-    std::unique_ptr<sa::Engine> engine;  // its slots; slot 0's state is the members above
+    // Its slots, each with its own stats, prefix cache and drafter (engine.h).
+    std::unique_ptr<sa::Engine> engine;
     // The faults a test armed (abi/testing_abi.cpp), made when it armed the
     // first; null otherwise. A run reads it once, when it starts.
     std::atomic<sa::TestHooks *> test_hooks{nullptr};
@@ -71,7 +69,6 @@ struct sa_session {
 
     ~sa_session() {
         engine.reset();  // the slots' drafters before the contexts
-        drafter.reset();
         common_speculative_free(spec);  // refers to both contexts: free it first
         if (ctx_dft) llama_free(ctx_dft);
         if (ctx_tgt) llama_free(ctx_tgt);
@@ -81,6 +78,9 @@ struct sa_session {
     }
 
     bool cancelled() const { return cancel.load(std::memory_order_relaxed); }
+    // Sequence 0's slot: a one-sequence session's only one, which the
+    // session-wide readers of the ABI (sa_session_stats, ...) report.
+    sa::Slot & slot0() const { return *engine->slots[0]; }
     // llama.cpp's abort callback: the session is cancelled, or the sequence alone in the decode under way.
     bool abort_decode() const;
 };
@@ -119,8 +119,8 @@ sa_status make_auto_drafter(sa_session & s, common_speculative * spec, llama_seq
 // it each decoded batch once (docs/decisions/0069).
 inline bool shares_draft_context(const sa_session & s) { return s.ctx_dft != nullptr && s.n_seq > 1; }
 
-// Spec("auto")'s summary for print_stats: per drafter, steps, drafted, accepted.
-void print_auto_stats(const sa_session & s);
+// Spec("auto")'s summary of slot's requests for print_stats: per drafter, steps, drafted, accepted.
+void print_auto_stats(const sa_session & s, const Slot & slot);
 
 // Empties a context's memory (KV cache / recurrent state); null is a no-op.
 void clear_memory(llama_context * ctx);

@@ -181,8 +181,6 @@ sa_status create_session(sa_session & s, const sa_context_params & c) {
     if (type != SA_SPEC_NONE) {
         if (sa_status st = create_speculative(s); st != SA_OK) return st;
     }
-    if (sa_status st = make_drafter(s, s.spec, 0, s.drafter); st != SA_OK) return st;
-    s.stats.set_n_draft(s.drafter ? s.plan.n_verify : 0);
     s.prefill_step_ms = c.prefill_step_ms;
     s.n_ctx_seq = (int32_t) (llama_n_ctx(s.ctx_tgt) / (uint32_t) s.n_seq);
     return create_engine(s, s.n_seq);

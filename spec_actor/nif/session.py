@@ -246,6 +246,6 @@ def memory_usage(handle: SessionHandle) -> tuple[int, int]:
     return tokens[0], nbytes[0]
 
 
-def print_stats(handle: SessionHandle) -> None:
-    """llama.cpp's own speculative and perf summary, to stderr."""
-    lib.sa_session_print_stats(handle)
+def print_stats(handle: SessionHandle, seq: int = 0) -> None:
+    """Sequence seq's speculative and prefix-cache summary and the context's llama.cpp perf summary, to stderr."""
+    lib.sa_session_print_stats(handle, seq)
