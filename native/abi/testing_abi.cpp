@@ -95,7 +95,7 @@ extern "C" sa_status sa_testing_poll_stats(const sa_session * s, int32_t which, 
 
 extern "C" sa_status sa_testing_fix_step_cost(sa_session * s, double plain_us, double intercept_us, double per_token_us) {
     if (s == nullptr) return fail(SA_ERR_INVALID_ARG, "sa_testing_fix_step_cost: null session");
-    auto * autod = dynamic_cast<AutoDrafter *>(s->slot0().drafter);
+    auto * autod = dynamic_cast<AutoDrafter *>(s->slot0().drafter.get());
     if (autod == nullptr) return fail(SA_ERR_INVALID_ARG, "sa_testing_fix_step_cost: the session's spec is not auto");
     if (!(plain_us > 0) || !(intercept_us > 0) || !(per_token_us >= 0)) {
         return fail(SA_ERR_INVALID_ARG, "sa_testing_fix_step_cost: costs must be positive");
@@ -108,7 +108,7 @@ extern "C" sa_status sa_testing_fix_step_cost(sa_session * s, double plain_us, d
 
 extern "C" sa_status sa_testing_fix_step_cost_table(sa_session * s, const double * us_by_length, int32_t n) {
     if (s == nullptr || us_by_length == nullptr) return fail(SA_ERR_INVALID_ARG, "sa_testing_fix_step_cost_table: null argument");
-    auto * autod = dynamic_cast<AutoDrafter *>(s->slot0().drafter);
+    auto * autod = dynamic_cast<AutoDrafter *>(s->slot0().drafter.get());
     if (autod == nullptr) return fail(SA_ERR_INVALID_ARG, "sa_testing_fix_step_cost_table: the session's spec is not auto");
     if (n < 1 || n > SA_MAX_DRAFT_POS + 1) {
         return fail(SA_ERR_INVALID_ARG, "sa_testing_fix_step_cost_table: need 1..SA_MAX_DRAFT_POS+1 costs");
@@ -209,7 +209,7 @@ extern "C" sa_status sa_testing_argmax(const float * x, int32_t n, int32_t * out
 
 extern "C" sa_status sa_testing_auto_priced_steps(const sa_session * s, uint64_t * out) {
     if (s == nullptr || out == nullptr) return fail(SA_ERR_INVALID_ARG, "sa_testing_auto_priced_steps: null argument");
-    const auto * autod = dynamic_cast<const AutoDrafter *>(s->slot0().drafter);
+    const auto * autod = dynamic_cast<const AutoDrafter *>(s->slot0().drafter.get());
     if (autod == nullptr) return fail(SA_ERR_INVALID_ARG, "sa_testing_auto_priced_steps: the session's spec is not auto");
     *out = autod->priced_steps();
     return SA_OK;
@@ -362,7 +362,7 @@ extern "C" sa_status sa_testing_auto_model_arm(const sa_session * s, uint64_t * 
     if (s == nullptr || n_batches == nullptr || dropped == nullptr) {
         return fail(SA_ERR_INVALID_ARG, "sa_testing_auto_model_arm: null argument");
     }
-    const auto * autod = dynamic_cast<const AutoDrafter *>(s->slot0().drafter);
+    const auto * autod = dynamic_cast<const AutoDrafter *>(s->slot0().drafter.get());
     if (autod == nullptr) return fail(SA_ERR_INVALID_ARG, "sa_testing_auto_model_arm: the session's spec is not auto");
     *n_batches = autod->model_batches();
     *dropped = autod->model_dropped() ? 1 : 0;
@@ -374,7 +374,7 @@ extern "C" sa_status sa_testing_auto_step_cost(const sa_session * s, double * ou
     if (s == nullptr || out == nullptr || calibrated == nullptr || scale == nullptr || n_out < 1) {
         return fail(SA_ERR_INVALID_ARG, "sa_testing_auto_step_cost: null argument or n_out < 1");
     }
-    const auto * autod = dynamic_cast<const AutoDrafter *>(s->slot0().drafter);
+    const auto * autod = dynamic_cast<const AutoDrafter *>(s->slot0().drafter.get());
     if (autod == nullptr) return fail(SA_ERR_INVALID_ARG, "sa_testing_auto_step_cost: the session's spec is not auto");
     const StepCost & cost = *autod->step_cost();
     for (int32_t n = 0; n < n_out; ++n) out[n] = cost.at(n);

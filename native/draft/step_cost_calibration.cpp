@@ -204,7 +204,7 @@ void calibrate_step_cost(sa_session & s, Drafter * drafter) {
 
 void prepare_session(sa_session & s) {
     // a run under way measures (or finds) the table itself
-    run_while_idle(s, [&] { calibrate_step_cost(s, s.slot0().drafter); });
+    run_while_idle(s, [&] { calibrate_step_cost(s, s.slot0().drafter.get()); });
 }
 
 void forget_step_cost_tables(const llama_model * model) {
