@@ -82,12 +82,15 @@ public:
     bool offer(DraftOption & out) const override;
     void resize(int32_t n, llama_tokens & draft) override;
     const StepCost * step_cost() const override { return &verify_; }
+    StepCost * calibrated_cost() override { return &verify_; }
 
     int32_t last_drafter() const override { return chosen_; }
     int32_t n_draft_in_use() const override { return last_n_; }
     double expected_tokens() const override { return expected_; }
     // The draft context may lag: a lazy arm catches it up, a dropped one no longer reads it.
     bool catches_up() const override { return lazy_ || dropped_; }
+    // The first token is due as soon as the prompt is in: its step drafts nothing.
+    bool drafts_first_token() const override { return false; }
 
     // The model arm's state, for tests and print_stats: batches it processed
     // (this session) and whether it is dropped now.
@@ -95,16 +98,6 @@ public:
     // Verified steps whose decode priced the step cost (StepOutcome::priced), this session.
     uint64_t priced_steps() const { return priced_steps_; }
     bool model_dropped() const { return dropped_; }
-
-    // Tests and benchmarks: fixes the step cost (StepCost::fix) for the rest of the session.
-    void fix_step_cost(std::vector<double> us_by_length) { verify_.fix(std::move(us_by_length)); }
-    bool step_cost_fixed() const { return verify_.fixed(); }
-    // The step cost's shape from now on (step_cost_calibration.h), scaled online.
-    void calibrate_step_cost(std::shared_ptr<const std::vector<double>> table) {
-        calibration_ = std::move(table);
-        verify_.calibrate(*calibration_);
-    }
-    const std::shared_ptr<const std::vector<double>> & step_cost_table() const { return calibration_; }
 
 
 private:
@@ -169,7 +162,6 @@ private:
     TokenMemory * memory_ = nullptr;  // the session's earlier requests, shared by its sequences
     TokenMemory own_;                  // this request's tokens: the tail every match starts from
     StepCost verify_;
-    std::shared_ptr<const std::vector<double>> calibration_;  // the table verify_ was calibrated with
     double sample_us_ = 0;  // decayed mean sampling time per token made
     bool sample_seen_ = false;  // sample_us_ holds a measurement (which may be 0)
     TextLookup text_;

@@ -54,7 +54,7 @@ void Sequence::start() {
 
 bool Sequence::fuses_first_token() const {
     return argmax_ && n_logprobs_ < 0 && s_.ctx_dft == nullptr && !needs_checkpoints(s_) &&
-           (drafter_ == nullptr || s_.plan.automatic);
+           (drafter_ == nullptr || !drafter_->drafts_first_token());
 }
 
 void Sequence::finish(sa_status st) {
@@ -228,9 +228,9 @@ bool Sequence::draft_step(int32_t room, bool defer) {
     rb_.pos_max = llama_memory_seq_pos_max(mem_tgt_, seq_);
     rb_.has_tgt = false;
     if (s_.use_ckpt_dft && !rb_.dft.save(s_.ctx_dft, seq_)) return rollback_failed("saving the draft context's state"), false;
-    // Under auto the first step drafts nothing: its token is the request's
-    // first, due as soon as the prompt is in (decision 0049).
-    const bool first_token = n_emitted_ == 0 && s_.plan.automatic;
+    // A drafter may leave the first step plain: its token is the request's
+    // first, due as soon as the prompt is in (auto, decision 0049).
+    const bool first_token = n_emitted_ == 0 && !drafter_->drafts_first_token();
     const int32_t n_budget =
         first_token ? 0 : std::max(std::min({n_ctx_ - n_past_ - 2, p_.max_tokens - n_emitted_ - 1, room - 1}), 0);
     const int64_t t0 = ggml_time_us();
