@@ -18,6 +18,7 @@ constexpr double kScaleDecay = 0.95;        // the calibrated table's scale foll
 constexpr double kScaleWeight = 1.0;        // pseudo-observation of scale 1 behind it
 constexpr double kKindWeight = 1.0;         // pseudo-observations of the overall scale behind each kind's
 constexpr double kKindForget = 0.99;        // a kind's decay at each step of the other kind
+constexpr double kSampleDecay = 0.9;        // the sampling time per token follows about 10 steps
 
 // How many of a table's last entries repeat past its end.
 constexpr size_t kRepeatedTail = 8;
@@ -172,6 +173,16 @@ std::shared_ptr<const std::vector<double>> StepCost::table() const {
 double StepCost::scale() const {
     const auto * t = std::get_if<ScaledTable>(&model_);
     return t ? t->scale() : 1.0;
+}
+
+void StepPrice::observe(int32_t n_tokens, int64_t t_verify_us, bool priced, size_t n_made, int64_t t_sample_us) {
+    if (priced) {  // the decode's cost, all its tokens
+        cost_.observe(n_tokens, t_verify_us);
+        ++priced_steps_;
+    }
+    const double per_token = (double) t_sample_us / (double) std::max<size_t>(n_made, 1);
+    sample_us_ = timed() && sample_seen_ ? kSampleDecay * sample_us_ + (1.0 - kSampleDecay) * per_token : per_token;
+    sample_seen_ = true;
 }
 
 }  // namespace sa

@@ -109,4 +109,34 @@ private:
     std::variant<LearnedCost, ScaledTable, FixedTable> model_;
 };
 
+// What a step costs auto's chooser beyond its drafting: its decode by draft
+// length (StepCost) and its sampling per token made, both measured from the
+// verified steps. Every arm of auto is priced with it (auto_drafter.h,
+// model_arm.h).
+class StepPrice {
+public:
+    StepCost & cost() { return cost_; }
+    const StepCost & cost() const { return cost_; }
+    // Costs are in microseconds (a step was timed, or the table is measured
+    // or fixed); until then in the cost line's relative units, which leave
+    // drafting and sampling times out.
+    bool timed() const { return cost_.measured(); }
+    // Sampling time per token made, a decayed mean; seen: it holds a
+    // measurement (a step's sampling may take under a microsecond: 0).
+    double sample_us() const { return sample_us_; }
+    bool sample_seen() const { return sample_seen_; }
+    // One verified step: n_tokens tokens decoded in t_verify_us (the cost
+    // learns it only when priced, StepOutcome::priced), n_made tokens made
+    // and sampled in t_sample_us.
+    void observe(int32_t n_tokens, int64_t t_verify_us, bool priced, size_t n_made, int64_t t_sample_us);
+    // Verified steps that priced the cost, this session.
+    uint64_t priced_steps() const { return priced_steps_; }
+
+private:
+    StepCost cost_;
+    double sample_us_ = 0;
+    bool sample_seen_ = false;
+    uint64_t priced_steps_ = 0;
+};
+
 }  // namespace sa
