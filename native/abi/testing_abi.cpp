@@ -95,28 +95,30 @@ extern "C" sa_status sa_testing_poll_stats(const sa_session * s, int32_t which, 
 
 extern "C" sa_status sa_testing_fix_step_cost(sa_session * s, double plain_us, double intercept_us, double per_token_us) {
     if (s == nullptr) return fail(SA_ERR_INVALID_ARG, "sa_testing_fix_step_cost: null session");
-    auto * autod = dynamic_cast<AutoDrafter *>(s->slot0().drafter);
-    if (autod == nullptr) return fail(SA_ERR_INVALID_ARG, "sa_testing_fix_step_cost: the session's spec is not auto");
+    Drafter * drafter = s->slot0().drafter.get();
+    StepCost * cost = drafter != nullptr ? drafter->calibrated_cost() : nullptr;  // auto's
+    if (cost == nullptr) return fail(SA_ERR_INVALID_ARG, "sa_testing_fix_step_cost: the session's spec is not auto");
     if (!(plain_us > 0) || !(intercept_us > 0) || !(per_token_us >= 0)) {
         return fail(SA_ERR_INVALID_ARG, "sa_testing_fix_step_cost: costs must be positive");
     }
     std::vector<double> table(SA_MAX_DRAFT_POS + 1);
     for (size_t n = 0; n < table.size(); ++n) table[n] = n == 0 ? plain_us : intercept_us + per_token_us * (double) n;
-    autod->fix_step_cost(std::move(table));
+    cost->fix(std::move(table));
     return SA_OK;
 }
 
 extern "C" sa_status sa_testing_fix_step_cost_table(sa_session * s, const double * us_by_length, int32_t n) {
     if (s == nullptr || us_by_length == nullptr) return fail(SA_ERR_INVALID_ARG, "sa_testing_fix_step_cost_table: null argument");
-    auto * autod = dynamic_cast<AutoDrafter *>(s->slot0().drafter);
-    if (autod == nullptr) return fail(SA_ERR_INVALID_ARG, "sa_testing_fix_step_cost_table: the session's spec is not auto");
+    Drafter * drafter = s->slot0().drafter.get();
+    StepCost * cost = drafter != nullptr ? drafter->calibrated_cost() : nullptr;  // auto's
+    if (cost == nullptr) return fail(SA_ERR_INVALID_ARG, "sa_testing_fix_step_cost_table: the session's spec is not auto");
     if (n < 1 || n > SA_MAX_DRAFT_POS + 1) {
         return fail(SA_ERR_INVALID_ARG, "sa_testing_fix_step_cost_table: need 1..SA_MAX_DRAFT_POS+1 costs");
     }
     for (int32_t i = 0; i < n; ++i) {
         if (!(us_by_length[i] > 0)) return fail(SA_ERR_INVALID_ARG, "sa_testing_fix_step_cost_table: costs must be positive");
     }
-    autod->fix_step_cost(std::vector<double>(us_by_length, us_by_length + n));
+    cost->fix(std::vector<double>(us_by_length, us_by_length + n));
     return SA_OK;
 }
 
@@ -209,7 +211,7 @@ extern "C" sa_status sa_testing_argmax(const float * x, int32_t n, int32_t * out
 
 extern "C" sa_status sa_testing_auto_priced_steps(const sa_session * s, uint64_t * out) {
     if (s == nullptr || out == nullptr) return fail(SA_ERR_INVALID_ARG, "sa_testing_auto_priced_steps: null argument");
-    const auto * autod = dynamic_cast<const AutoDrafter *>(s->slot0().drafter);
+    const auto * autod = dynamic_cast<const AutoDrafter *>(s->slot0().drafter.get());
     if (autod == nullptr) return fail(SA_ERR_INVALID_ARG, "sa_testing_auto_priced_steps: the session's spec is not auto");
     *out = autod->priced_steps();
     return SA_OK;
@@ -313,7 +315,7 @@ extern "C" sa_status sa_testing_calibrated_step_cost(const double * us_by_length
         }
     }
     sa::StepCost cost;
-    if (n_table > 0) cost.calibrate(std::vector<double>(us_by_length, us_by_length + n_table));
+    if (n_table > 0) cost.calibrate(std::make_shared<const std::vector<double>>(us_by_length, us_by_length + n_table));
     for (int32_t i = 0; i < count; ++i) cost.observe(n_verified[i], us[i]);
     for (int32_t j = 0; j < n_query; ++j) out[j] = cost.at(query[j]);
     return SA_OK;
@@ -362,7 +364,7 @@ extern "C" sa_status sa_testing_auto_model_arm(const sa_session * s, uint64_t * 
     if (s == nullptr || n_batches == nullptr || dropped == nullptr) {
         return fail(SA_ERR_INVALID_ARG, "sa_testing_auto_model_arm: null argument");
     }
-    const auto * autod = dynamic_cast<const AutoDrafter *>(s->slot0().drafter);
+    const auto * autod = dynamic_cast<const AutoDrafter *>(s->slot0().drafter.get());
     if (autod == nullptr) return fail(SA_ERR_INVALID_ARG, "sa_testing_auto_model_arm: the session's spec is not auto");
     *n_batches = autod->model_batches();
     *dropped = autod->model_dropped() ? 1 : 0;
@@ -374,7 +376,7 @@ extern "C" sa_status sa_testing_auto_step_cost(const sa_session * s, double * ou
     if (s == nullptr || out == nullptr || calibrated == nullptr || scale == nullptr || n_out < 1) {
         return fail(SA_ERR_INVALID_ARG, "sa_testing_auto_step_cost: null argument or n_out < 1");
     }
-    const auto * autod = dynamic_cast<const AutoDrafter *>(s->slot0().drafter);
+    const auto * autod = dynamic_cast<const AutoDrafter *>(s->slot0().drafter.get());
     if (autod == nullptr) return fail(SA_ERR_INVALID_ARG, "sa_testing_auto_step_cost: the session's spec is not auto");
     const StepCost & cost = *autod->step_cost();
     for (int32_t n = 0; n < n_out; ++n) out[n] = cost.at(n);

@@ -1,8 +1,11 @@
 // Online choice of the draft length from acceptance per draft position and
-// the measured cost of drafting and verifying longer drafts. The two models
-// (PositionAcceptance, StepCost) also serve the drafter choice of "auto"
-// (auto_drafter.h), which keeps one acceptance model per drafter.
+// the measured cost of drafting and verifying longer drafts (StepCost,
+// step_cost.h). The acceptance model (PositionAcceptance) and the one length
+// chooser (best_length, choose_offer) also serve the drafter choice of
+// "auto" (auto_drafter.h), which keeps one acceptance model per drafter.
 #pragma once
+
+#include "draft/step_cost.h"
 
 #include <climits>
 #include <cstdint>
@@ -45,60 +48,6 @@ public:
 private:
     std::vector<double> reached_, hit_;  // decayed counts per position
     double later_floor_ = 0.8;
-};
-
-// Cost (us) of a step by the length of the draft it verifies (plain steps are
-// length 0; a fixed per-step draft cost, as with drafters that always draft
-// their full length, lands in the intercept). Two parts:
-// - a decayed least-squares line over all steps, which follows the machine's
-//   load and predicts lengths never verified;
-// - per length, the decayed mean ratio of the measured cost to the line. CPU
-//   matrix kernels work on blocks of rows, so cost is not linear in the batch:
-//   on a 2-core EPYC, verifying 2 drafted tokens (a batch of 3) took longer
-//   than verifying 3 (docs/decisions/0029). The ratio learns that shape.
-//
-// Calibrated (calibrate(), auto's sessions: docs/decisions/0060): the shape
-// is a table measured once per model and thread count, and the steps only
-// scale it, by a decayed factor that follows the machine's load: one for
-// one-token decodes and one for batches, each leaning on the factor of all
-// steps (docs/decisions/0083).
-class StepCost {
-public:
-    // Forgets what was learned online (the line, the shape, the scale); a
-    // calibrated or fixed table stays.
-    void reset();
-    // Cost of a step verifying n draft tokens; relative units until measured.
-    double at(int32_t n) const;
-    void observe(int32_t n_verified, int64_t us);
-    bool measured() const { return !fixed_.empty() || !table_.empty() || s_w_ > 0.0; }
-    // Tests and benchmarks: a fixed cost, us_by_length[n] for a step verifying
-    // n drafted tokens (past its end, its last 8 entries repeat), so that
-    // what the chooser does no longer depends on the machine's load.
-    void fix(std::vector<double> us_by_length);
-    bool fixed() const { return !fixed_.empty(); }
-    // The measured cost by draft length (as fix's table), from now on only
-    // scaled by the steps observed; scale 1 until a step was observed.
-    void calibrate(std::vector<double> us_by_length);
-    bool calibrated() const { return !table_.empty(); }
-    // The factor of all steps so far (1 when not calibrated or nothing seen).
-    double scale() const;
-    // The factor the calibrated table is priced at now for a step verifying
-    // n drafted tokens: a one-token decode's (n = 0) or a batch's.
-    double kind_scale(int32_t n) const;
-
-private:
-    std::vector<double> fixed_;
-    std::vector<double> table_;            // calibrated shape (us)
-    double log_scale_ = 0, scale_w_ = 0;   // decayed sum of log(measured / table) and its weight
-    struct Kind {
-        double log_sum = 0, weight = 0;    // the same, over one kind of step
-    };
-    Kind one_token_, batched_;
-    double s_w_ = 0, s_x_ = 0, s_y_ = 0, s_xx_ = 0, s_xy_ = 0;
-    std::vector<double> shape_w_, shape_r_;  // per length: decayed weight and weighted ratio sum
-
-    double line(int32_t n) const;
-    double shape(int32_t n) const;
 };
 
 // What the other sequences of a batched step put into its one decode

@@ -1,7 +1,5 @@
 #include "draft/auto_drafter.h"
 
-#include "session/checks.h"
-#include "support/tokens.h"
 #include "abi/spec_actor.h"
 
 #include "ggml.h"
@@ -28,22 +26,7 @@ constexpr CheapKind kNgramKinds[] = {
     {SA_SPEC_NGRAM_MAP_K4V, "ngram-map-k4v"}, {SA_SPEC_NGRAM_MOD, "ngram-mod"},
     {SA_SPEC_NGRAM_CACHE, "ngram-cache"},
 };
-constexpr double kCostDecay = 0.9;             // draft-time means follow about 10 calls
-// The model drafter drafts at least every kModelExploreEvery steps to stay
-// measured; each such draft that was not chosen on its merit doubles the
-// interval (up to kModelExploreMax), so a drafter that does not pay costs
-// less and less; one chosen on its merit resets it.
-constexpr uint64_t kModelExploreEvery = 32;
-constexpr uint64_t kModelExploreMax = 1024;
 constexpr int32_t kExploreLength = 4;          // draft length of an exploring step when plain won
-// A model arm fed every batch is judged on its net gain over about 32 steps,
-// from its kJudgeAfter-th step since it was admitted (decision 0062).
-constexpr double kNetDecay = 1.0 - 1.0 / 32.0;
-constexpr uint64_t kJudgeAfter = 16;
-// Prior at a position past the first: the previous position's rate, with no
-// floor. With several drafters and plain steps to fall back on, a drafter
-// whose first tokens are seldom right should not be trusted for long drafts.
-constexpr double kLaterFloor = 0.0;
 // The memory's arms by match length: the shortest match each takes, and its
 // prior past the first position (a long verbatim match tends to go on).
 struct MemoryBucket {
@@ -57,11 +40,6 @@ constexpr MemoryBucket kTextBuckets[] = {{0, 0.0}, {16, 0.5}};
 // The splice lookup's: one arm; past the value's rest it copies a seam that
 // two records agreed on.
 constexpr MemoryBucket kSpliceBuckets[] = {{0, 0.5}};
-
-// Expected tokens of a step verifying n drafted tokens, from an arm's expected-by-length.
-double expected_at(const std::vector<double> & expected, int32_t n) {
-    return expected.empty() ? 1.0 : expected[(size_t) std::min<int32_t>(n, (int32_t) expected.size() - 1)];
-}
 
 }  // namespace
 
@@ -81,9 +59,9 @@ static bool forget_in_place(common_speculative * spec) {
 
 void AutoDrafter::free_arms() { free_specs(std::move(cheap_)); }
 
-void AutoDrafter::free_specs(std::vector<Arm> && arms) {
+void AutoDrafter::free_specs(std::vector<DraftArm> && arms) {
     bool big = false;
-    for (Arm & arm : arms) {
+    for (DraftArm & arm : arms) {
         if (arm.spec == nullptr) continue;  // the memory and text arms, or a drafter taken over
         big = big || arm.id == SA_SPEC_NGRAM_MOD;
         common_speculative_free(arm.spec);
@@ -101,12 +79,12 @@ void AutoDrafter::free_specs(std::vector<Arm> && arms) {
 void AutoDrafter::make_arms() {
     // a fresh run keeps each n-gram drafter that can forget what it learned
     // (ngram-mod's table costs 16 MiB of page faults to make anew)
-    std::vector<Arm> old = std::move(cheap_);
+    std::vector<DraftArm> old = std::move(cheap_);
     cheap_.clear();
     common_params_speculative p = base_;
     for (size_t k = 0; k < std::size(kNgramKinds); ++k) {
         const CheapKind & kind = kNgramKinds[k];
-        Arm arm;
+        DraftArm arm;
         arm.id = kind.id;
         if (k < old.size() && old[k].id == kind.id && forget_in_place(old[k].spec)) {
             arm.spec = std::exchange(old[k].spec, nullptr);
@@ -115,13 +93,13 @@ void AutoDrafter::make_arms() {
             arm.spec = common_speculative_init(p, 1);
         }
         if (arm.spec == nullptr) throw std::runtime_error(std::string("could not initialise ") + kind.name);
-        arm.accept.reset(n_cap_, kLaterFloor);
+        arm.accept.reset(n_cap_, kArmLaterFloor);
         cheap_.push_back(std::move(arm));
     }
     free_specs(std::move(old));
     auto add_buckets = [&](int32_t id, const auto & buckets) {
         for (const MemoryBucket & bucket : buckets) {
-            Arm arm;
+            DraftArm arm;
             arm.id = id;
             arm.min_match = bucket.min_match;
             arm.accept.reset(n_cap_, bucket.later_floor);
@@ -139,47 +117,31 @@ void AutoDrafter::init(common_params_speculative base, common_speculative * mode
                        int32_t model_n_max, TokenMemory * memory, const llama_vocab * vocab, llama_seq_id seq,
                        bool shared) {
     n_cap_ = base.draft.n_max;
-    ctx_dft_ = base.draft.ctx_dft;
-    seq_ = seq;
-    shared_ = shared;
-    lazy_ = model != nullptr && model_id == SA_SPEC_DRAFT_SIMPLE && ctx_dft_ != nullptr;
-    dft_trimmable_ = ctx_dft_ != nullptr && common_context_can_seq_rm(ctx_dft_) == COMMON_CONTEXT_SEQ_RM_TYPE_PART;
-    if (lazy_) catch_up_batch_ = common_batch(ctx_dft_);
+    model_.init(model, model_id, std::min(model_n_max, n_cap_), base.draft.ctx_dft, seq, shared);
     base.draft.ctx_dft = nullptr;
     base_ = base;
     memory_ = memory;
     text_ = TextLookup(vocab);
     splice_ = SpliceLookup(vocab);
     make_arms();
-    model_ = model;
-    model_id_ = model ? model_id : -1;
-    model_n_max_ = model ? std::min(model_n_max, n_cap_) : 0;
-    model_arm_ = Arm{};
-    model_arm_.id = model_id_;
-    model_arm_.spec = model;
-    model_arm_.accept.reset(model_n_max_, kLaterFloor);
-    verify_.reset();
+    price_.cost().reset();
 }
 
 void AutoDrafter::begin(const RunStart & start) {
     first_prior_ = start.sampled ? PositionAcceptance::kSampledFirstPrior : PositionAcceptance::kGreedyFirstPrior;
     if (start.fresh) {
         make_arms();
-        model_arm_.accept.reset(model_n_max_, kLaterFloor);
-        model_explore_every_ = kModelExploreEvery;
-        verify_.reset();
-        if (!dropped_) admit();  // judged afresh; a dropped arm waits for its context to start over
+        price_.cost().reset();
     }
-    for (Arm & arm : cheap_) {
+    for (DraftArm & arm : cheap_) {
         if (arm.spec) common_speculative_begin(arm.spec, 0, start.prompt_tgt);
         arm.proposed = false;
     }
-    if (model_ != nullptr && !dropped_) common_speculative_begin(model_, seq_, start.prompt_tgt);
+    model_.begin(start);
     own_.clear();
     own_.append(start.prompt, (size_t) start.n_prompt);
     text_.begin(start.prompt, (size_t) start.n_prompt);
     pending_ = false;
-    process_us_ = 0;  // the prompt's batches (after a run that ended mid-step) are not a step's
     chosen_ = 0;
     offered_ = nullptr;  // make_arms() may have replaced the arms
     adjustable_ = false;
@@ -188,21 +150,8 @@ void AutoDrafter::begin(const RunStart & start) {
 
 double AutoDrafter::cheap_cost() const {
     double sum = 0;
-    for (const Arm & arm : cheap_) sum += arm.cost_us;
+    for (const DraftArm & arm : cheap_) sum += arm.cost_us;
     return sum;
-}
-
-void AutoDrafter::note_cost(Arm & arm, int64_t dt_us) {
-    const double dt = (double) dt_us;
-    arm.cost_us = arm.costed ? kCostDecay * arm.cost_us + (1.0 - kCostDecay) * dt : dt;
-    arm.costed = true;
-}
-
-void AutoDrafter::draft_with(Arm & arm, const DraftInput & in, int64_t extra_us) {
-    arm.proposal.clear();
-    note_cost(arm, extra_us + draft_call(arm.spec, arm.id, arm.spec == model_ ? seq_ : 0, in, arm.proposal));
-    arm.proposed = !arm.proposal.empty();
-    if (arm.proposed && arm.spec == model_) model_drafted_ = true;
 }
 
 void AutoDrafter::propose_from_matches(int32_t n_max) {
@@ -230,16 +179,16 @@ void AutoDrafter::propose_from_matches(int32_t n_max) {
 
 void AutoDrafter::route_match(int32_t id, int32_t match, int64_t t_us) {
     // one lookup (proposal_); it goes to the arm of its match length
-    Arm * last = nullptr;
-    Arm * target = nullptr;
-    for (Arm & arm : cheap_) {
+    DraftArm * last = nullptr;
+    DraftArm * target = nullptr;
+    for (DraftArm & arm : cheap_) {
         if (arm.id != id) continue;
         arm.proposal.clear();
         arm.proposed = false;
         last = &arm;
         if (match >= arm.min_match) target = &arm;
     }
-    note_cost(*last, t_us);  // the lookup's cost, counted once
+    last->note_cost(t_us);  // the lookup's cost, counted once
     if (target == nullptr || proposal_.empty()) return;
     target->proposal.swap(proposal_);
     target->proposed = true;
@@ -252,65 +201,42 @@ void AutoDrafter::draft(const DraftInput & in, llama_tokens & draft) {
     adjustable_ = false;
     last_n_ = 0;
     expected_ = 1.0;
-    alt_rate_ = 0;
-    step_pos_ = in.n_past;
+    model_.start_step(in.n_past);
     pending_ = true;
     ++steps_;
     choice_ = CheapChoice{};
     const int32_t n_max = std::min(in.n_max, n_cap_);
     if (n_max <= 0) return;
     const DraftInput capped{n_max, in.n_past, in.id_last, in.prompt_tgt};
-    for (Arm & arm : cheap_) {
-        if (arm.spec != nullptr) draft_with(arm, capped);
+    for (DraftArm & arm : cheap_) {
+        if (arm.spec != nullptr) arm.draft(capped);
     }
     propose_from_matches(n_max);
 
     // Until a step was timed, costs are in the cost line's relative units:
     // leave draft times out of them.
-    choice_.timed = verify_.measured();
-    choice_.d_cheap = choice_.timed ? cheap_cost() : 0.0;
-    choice_.s = choice_.timed ? sample_us_ : 0.0;
+    Alternative & alt = choice_.alt;
+    alt.timed = price_.timed();
+    alt.draft_us = alt.timed ? cheap_cost() : 0.0;
+    alt.sample_us = alt.timed ? price_.sample_us() : 0.0;
     std::vector<Offer> offers;
-    for (Arm & arm : cheap_) {
+    for (DraftArm & arm : cheap_) {
         if (!arm.proposed) continue;
         arm.accept.expected(arm.expected, first_prior_);
         offers.push_back({&arm.expected, (int32_t) arm.proposal.size()});
         choice_.offered.push_back(&arm);
     }
-    const OfferChoice choice = choose_offer(offers, verify_, choice_.d_cheap, choice_.s, in.share, in.rollback);
-    choice_.rate = choice.length.rate;
+    const OfferChoice choice = choose_offer(offers, price_.cost(), alt.draft_us, alt.sample_us, in.share, in.rollback);
+    alt.rate = choice.length.rate;
     choice_.best = choice.offer >= 0 ? choice_.offered[(size_t) choice.offer] : nullptr;
     choice_.n = choice.length.n;
     choice_.explores = steps_ % kExploreEvery == 0;
     if (choice_.explores) explore(choice_.best, choice_.n);
 
-    if (model_ != nullptr && !dropped_) {
-        const int32_t n_m = std::min(model_n_max_, n_max);
-        model_arm_.accept.expected(model_arm_.expected, first_prior_);
-        const double d_m = choice_.timed && model_arm_.costed ? model_arm_.cost_us : 0.0;
-        const double rate_m =
-            best_length(model_arm_.expected, verify_, n_m, n_m, choice_.d_cheap + d_m, choice_.s, 0, in.share,
-                        in.rollback).rate;
-        const bool on_merit = rate_m > choice_.rate * kLongerMustBeat;
-        // an arm on trial drafts once as soon as steps are priced, so that
-        // one that can never pay is dropped before it reads more batches
-        const bool owed = !lazy_ && !shared_ && judged_drafts_ == 0 && choice_.timed;
-        if (on_merit || owed || steps_ - last_model_step_ >= model_explore_every_) {
-            last_model_step_ = steps_;
-            ++judged_drafts_;
-            model_explore_every_ = on_merit ? kModelExploreEvery : std::min(2 * model_explore_every_, kModelExploreMax);
-            const DraftInput model_in{n_m, in.n_past, in.id_last, in.prompt_tgt};
-            const int64_t t0 = ggml_time_us();
-            model_arm_.proposed = false;
-            // catching up is part of what this arm costs
-            if (catch_up(model_in)) {
-                if (in.defer && request_draft(model_, model_id_, seq_, model_in, model_arm_.proposal)) {
-                    model_pending_ = true;
-                    model_wait_us_ = ggml_time_us() - t0;
-                    return;
-                }
-                draft_with(model_arm_, model_in, ggml_time_us() - t0);
-            }
+    if (model_.active()) {
+        const int32_t n_m = model_.n_for(n_max);
+        if (model_.asks(steps_, n_m, alt, first_prior_, price_, in.share, in.rollback)) {
+            if (model_.draft(DraftInput{n_m, in.n_past, in.id_last, in.prompt_tgt}, in.defer)) return;  // pending
             if (take_model_draft(draft)) return;
         }
     }
@@ -318,36 +244,27 @@ void AutoDrafter::draft(const DraftInput & in, llama_tokens & draft) {
 }
 
 void AutoDrafter::finish_draft(llama_tokens & draft, int64_t t_us) {
-    model_pending_ = false;
-    note_cost(model_arm_, model_wait_us_ + t_us);
-    model_arm_.proposed = !model_arm_.proposal.empty();
-    if (model_arm_.proposed) model_drafted_ = true;
+    model_.finish(t_us);
     if (!take_model_draft(draft)) take_cheap_choice(draft);
 }
 
 bool AutoDrafter::take_model_draft(llama_tokens & draft) {
-    warm_ = model_arm_.proposed;
-    if (!model_arm_.proposed) return false;
-    draft = model_arm_.proposal;
-    chosen_ = model_id_;
+    if (!model_.take(choice_.alt, price_)) return false;
+    draft = model_.proposal();
+    chosen_ = model_.id();
     last_n_ = (int32_t) draft.size();
-    expected_ = expected_at(model_arm_.expected, last_n_);
-    if (choice_.timed) {  // what judge() weighs its tokens against
-        alt_rate_ = choice_.rate;
-        model_step_us_ = verify_.at(last_n_) + choice_.d_cheap + model_arm_.cost_us;
-        model_sample_us_ = choice_.s;
-    }
+    expected_ = model_.expected_tokens(last_n_);
     return true;
 }
 
 void AutoDrafter::take_cheap_choice(llama_tokens & draft) {
-    warm_ = false;
+    model_.pass();
     offered_ = choice_.best;
     if (choice_.best != nullptr) resize(choice_.n, draft);
     adjustable_ = !choice_.explores;
     // after a plain choice, the proposal whose first token is likeliest accepted
     for (size_t i = 0; adjustable_ && choice_.best == nullptr && i < choice_.offered.size(); ++i) {
-        Arm * arm = choice_.offered[i];
+        DraftArm * arm = choice_.offered[i];
         if (offered_ == nullptr || arm->expected[1] > offered_->expected[1]) offered_ = arm;
     }
 }
@@ -365,7 +282,7 @@ void AutoDrafter::resize(int32_t n, llama_tokens & draft) {
     last_n_ = n;
     expected_ = n > 0 ? expected_at(offered_->expected, n) : 1.0;
 }
-void AutoDrafter::explore(Arm *& best, int32_t & best_n) {
+void AutoDrafter::explore(DraftArm *& best, int32_t & best_n) {
     if (best != nullptr) {
         // a token past the best length, so later positions keep being measured
         if (best_n < (int32_t) best->proposal.size()) ++best_n;
@@ -377,10 +294,10 @@ void AutoDrafter::explore(Arm *& best, int32_t & best_n) {
     // got cheaper). Of those lengths, the one with the best expected rate:
     // verification cost is not linear in the length (decision 0029).
     double best_rate = 0;
-    for (Arm & arm : cheap_) {
+    for (DraftArm & arm : cheap_) {
         if (!arm.proposed) continue;
         const int32_t n_hi = std::min(kExploreLength, (int32_t) arm.proposal.size());
-        const LengthChoice c = best_length(arm.expected, verify_, 1, n_hi, 0.0, 0.0, /* min_expected = */ 2.0);
+        const LengthChoice c = best_length(arm.expected, price_.cost(), 1, n_hi, 0.0, 0.0, /* min_expected = */ 2.0);
         if (c.n >= 1 && c.rate > best_rate) {
             best_rate = c.rate;
             best = &arm;
@@ -389,112 +306,24 @@ void AutoDrafter::explore(Arm *& best, int32_t & best_n) {
     }
 }
 
-bool AutoDrafter::process(const common_batch & batch) {
-    if (model_ == nullptr || (lazy_ && !warm_)) return true;
-    if (dropped_) {
-        if (!in_step(batch)) return true;
-        admit();
-    }
-    const int64_t t0 = ggml_time_us();
-    const bool ok = common_speculative_process(model_, batch);
-    if (pending_) process_us_ += ggml_time_us() - t0;  // a verified step's batch, not the prompt's
-    ++model_batches_;
-    return ok;
-}
-
-void AutoDrafter::admit() {
-    dropped_ = false;
-    net_us_ = 0;
-    judged_steps_ = 0;
-    judged_drafts_ = 0;
-    process_us_ = 0;
-}
-
-// A batch that a dropped arm may read from: the target starts over (the
-// prefix cache emptied the draft context with it), or a new run's prompt
-// parts from what the arm read before it was dropped, and the prefix cache
-// cut the draft context to the tokens the batch follows, as it cuts a
-// context that never lagged. Within the run that dropped it, batches start
-// at drop_pos_ or later.
-bool AutoDrafter::in_step(const common_batch & batch) const {
-    if (batch.size() == 0) return false;
-    const llama_pos p0 = batch.tokens[0].pos[0];
-    if (p0 == 0) return true;
-    return dft_trimmable_ && p0 < drop_pos_ && p0 == llama_memory_seq_pos_max(llama_get_memory(ctx_dft_), seq_) + 1;
-}
-
-void AutoDrafter::judge(size_t n_made) {
-    if (model_ == nullptr || lazy_ || dropped_ || shared_) return;
-    // a draft of the model arm earned the time the best choice without it
-    // would have needed for its tokens, less what its step cost
-    const double made = (double) n_made;
-    const double earned = alt_rate_ > 0 ? made / alt_rate_ - (model_step_us_ + model_sample_us_ * made) : 0.0;
-    net_us_ = kNetDecay * net_us_ + earned - (double) process_us_;
-    const bool hopeless = never_pays((double) process_us_);
-    process_us_ = 0;
-    ++judged_steps_;
-    if (judged_drafts_ > 0 && (hopeless || (judged_steps_ >= kJudgeAfter && net_us_ < 0))) {
-        dropped_ = true;
-        drop_pos_ = step_pos_;
-    }
-}
-
-bool AutoDrafter::never_pays(double process_us) const {
-    // a step's sampling can take under a microsecond (0 measured): seen is what counts
-    if (!model_arm_.costed || !verify_.measured() || !sample_seen_) return false;
-    const int32_t n = model_n_max_;
-    const double fixed = choice_.d_cheap + sample_us_;  // what every step pays, the plain one too
-    const double best = (double) (n + 1) /
-                        (verify_.at(n) + fixed + model_arm_.cost_us + process_us + sample_us_ * (double) n);
-    return best < 1.0 / (verify_.at(0) + fixed);
-}
-
-bool AutoDrafter::catch_up(const DraftInput & in) {
-    if (!lazy_) return true;
-    // the target holds positions [0, n_past); the draft context what it was fed
-    const llama_pos held = llama_memory_seq_pos_max(llama_get_memory(ctx_dft_), seq_) + 1;
-    const int32_t n_batch = (int32_t) llama_n_batch(ctx_dft_);
-    for (llama_pos p0 = held; p0 < in.n_past; p0 += n_batch) {
-        const llama_pos p1 = std::min<llama_pos>(in.n_past, p0 + n_batch);
-        catch_up_batch_.clear();
-        for (llama_pos p = p0; p < p1; ++p) catch_up_batch_.add(in.prompt_tgt[(size_t) p], p, seq_, p == p1 - 1);
-        if (!common_speculative_process(model_, catch_up_batch_)) return false;
-    }
-    return true;
-}
+bool AutoDrafter::process(const common_batch & batch) { return model_.process(batch, pending_); }
 
 void AutoDrafter::observe(const StepOutcome & out) {
     const llama_tokens & ids = out.ids;
     if (pending_) {
         pending_ = false;
-        if (out.priced) {  // the decode's cost, all its tokens
-            verify_.observe(out.n_verified + out.n_others, out.t_verify_us);
-            ++priced_steps_;
+        price_.observe(out.n_verified + out.n_others, out.t_verify_us, out.priced, ids.size(), out.t_sample_us);
+        // Every proposal learns how much of it the target's tokens confirm.
+        for (DraftArm & arm : cheap_) {
+            const int32_t m = arm.learn(ids);
+            if (m >= 0 && arm.spec != nullptr) common_speculative_accept(arm.spec, 0, (uint16_t) m);
         }
-        const double per_token = (double) out.t_sample_us / (double) std::max<size_t>(ids.size(), 1);
-        sample_us_ = verify_.measured() && sample_seen_ ? kCostDecay * sample_us_ + (1.0 - kCostDecay) * per_token
-                                                        : per_token;
-        sample_seen_ = true;
-        // Every proposal learns how much of it the target's tokens confirm:
-        // positions up to ids.size() are known, later ones are not.
-        auto learn = [&](Arm & arm) {
-            if (!arm.proposed) return;
-            arm.proposed = false;
-            const int32_t m = common_prefix(arm.proposal.data(), arm.proposal.size(), ids.data(), ids.size());
-            arm.accept.observe(std::min((int32_t) arm.proposal.size(), (int32_t) ids.size()), m);
-            if (arm.spec != nullptr && arm.spec != model_) common_speculative_accept(arm.spec, 0, (uint16_t) m);
-        };
-        for (Arm & arm : cheap_) learn(arm);
-        learn(model_arm_);
-        judge(ids.size());
+        model_.learn(ids, choice_.alt, price_);
     }
     if (!out.committed) return;
     // The model drafter picks its next hidden state from the verified batch
-    // by the accepted count, whoever drafted (llama.cpp asserts that a
-    // drafter accepts only after it drafted once).
-    if (model_ != nullptr && model_drafted_ && !dropped_) {
-        common_speculative_accept(model_, seq_, (uint16_t) std::max((int32_t) ids.size() - 1, 0));
-    }
+    // by the accepted count, whoever drafted.
+    model_.commit(ids);
     own_.append(ids.data(), ids.size());
     text_.append(ids.data(), ids.size());
 }

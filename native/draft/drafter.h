@@ -1,7 +1,12 @@
 // The one drafting interface the generation loop talks to, in the shape of
 // llama.cpp's common_speculative: begin a run, draft for a step, observe the
 // verified outcome. Fixed, adaptive-length and auto drafting are its
-// implementations; the loop never asks which one it holds.
+// implementations. The engine (engine.cpp, generation.cpp, prefix_cache.cpp)
+// and the step-cost calibration never ask which one they hold: where auto
+// differs (an undrafted first step, a lagging draft context, a step cost to
+// calibrate, drafts a batched step may resize), a virtual call below says so.
+// Only what is auto's alone casts to AutoDrafter: its print_stats summary
+// (auto_session.cpp) and the testing ABI's probes of its arms.
 #pragma once
 
 #include "draft/adaptive.h"
@@ -90,9 +95,18 @@ public:
     virtual void resize(int32_t n, llama_tokens & draft) { (void) n; (void) draft; }
     // The cost model its lengths are priced with (null: none; a drafter that offers has one).
     virtual const StepCost * step_cost() const { return nullptr; }
+    // The step cost that takes the table measured once per model and thread
+    // count, or a fixed one from the tests (step_cost_calibration.h); null:
+    // the drafter prices without one (auto has one).
+    virtual StepCost * calibrated_cost() { return nullptr; }
     // Whether the drafter brings its own context up to the target's before
     // it drafts, so that context may lag behind (auto's draft model).
     virtual bool catches_up() const { return false; }
+    // Whether a request's first verification may carry a draft. false
+    // (auto): the first token is due as soon as the prompt is in, so that
+    // step drafts nothing (docs/decisions/0049), and a greedy request may
+    // take it from the prompt's last row instead (docs/decisions/0080).
+    virtual bool drafts_first_token() const { return true; }
 };
 
 // Flags sequence seq of a common_speculative to draft at most in.n_max

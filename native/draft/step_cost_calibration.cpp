@@ -1,6 +1,6 @@
 #include "draft/step_cost_calibration.h"
 
-#include "draft/auto_drafter.h"
+#include "draft/drafter.h"
 #include "engine/engine.h"
 #include "session/session.h"
 
@@ -164,8 +164,8 @@ std::vector<double> measure_step_cost(llama_context * ctx, int32_t n_max, int64_
 }
 
 void calibrate_step_cost(sa_session & s, Drafter * drafter) {
-    auto * autod = dynamic_cast<AutoDrafter *>(drafter);
-    if (autod == nullptr || autod->step_cost_fixed()) return;
+    StepCost * cost = drafter != nullptr ? drafter->calibrated_cost() : nullptr;
+    if (cost == nullptr || cost->fixed()) return;
     const Key key{s.model->model, s.model->path, llama_n_threads(s.ctx_tgt), llama_n_threads_batch(s.ctx_tgt),
                   std::min(s.plan.n_verify, kMaxLength)};
     std::unique_lock<std::mutex> lock(g_mutex);
@@ -176,7 +176,7 @@ void calibrate_step_cost(sa_session & s, Drafter * drafter) {
         e = find(key);
     }
     if (e != nullptr) {
-        if (autod->step_cost_table() != e->table) autod->calibrate_step_cost(e->table);
+        if (cost->table() != e->table) cost->calibrate(e->table);
         return;
     }
     for (llama_seq_id seq = 0; seq < s.n_seq; ++seq) {  // measured only on an empty context: it is cleared after
@@ -197,14 +197,14 @@ void calibrate_step_cost(sa_session & s, Drafter * drafter) {
         auto shared = std::make_shared<const std::vector<double>>(std::move(table));
         if (Entry * mine = find(key)) mine->table = shared;
         g_calibrations.fetch_add(1);
-        autod->calibrate_step_cost(shared);
+        cost->calibrate(shared);
     }
     g_measured.notify_all();
 }
 
 void prepare_session(sa_session & s) {
     // a run under way measures (or finds) the table itself
-    run_while_idle(s, [&] { calibrate_step_cost(s, s.slot0().drafter); });
+    run_while_idle(s, [&] { calibrate_step_cost(s, s.slot0().drafter.get()); });
 }
 
 void forget_step_cost_tables(const llama_model * model) {

@@ -16,7 +16,7 @@ bool sa_session::abort_decode() const {
 namespace sa {
 
 Slot::~Slot() {
-    own_drafter.reset();  // refers to own_spec
+    drafter.reset();  // may refer to own_spec
     common_speculative_free(own_spec);
 }
 
@@ -39,8 +39,7 @@ sa_status make_slot_drafter(sa_session & s, Slot & slot) {
         spec = slot.own_spec;
         spec_seq = 0;
     }
-    sa_status st = make_drafter(s, spec, spec_seq, slot.own_drafter);
-    slot.drafter = slot.own_drafter.get();
+    sa_status st = make_drafter(s, spec, spec_seq, slot.drafter);
     slot.spec = spec;
     return st;
 }
@@ -138,7 +137,7 @@ void allocate_step_drafts(const std::vector<Sequence *> & drafting, int32_t capa
 // drafter (Sequence::complete).
 bool feed_shared_draft_context(sa_session & s, const common_batch & batch) {
     // one drafter kind on every slot: slot 0's answers for the shared context
-    const Drafter * drafter = s.slot0().drafter;
+    const Drafter * drafter = s.slot0().drafter.get();
     if (!shares_draft_context(s) || drafter == nullptr || drafter->catches_up()) return true;
     return common_speculative_process(s.spec, batch);
 }
@@ -287,10 +286,8 @@ sa_status create_engine(sa_session & s, int32_t n_seq) {
     for (int32_t i = 0; i < n_seq; ++i) {
         auto slot = std::make_unique<Slot>();
         slot->seq = i;
-        slot->own_stats = std::make_unique<Stats>();
-        slot->own_prefix = std::make_unique<PrefixCache>();
-        slot->stats = slot->own_stats.get();
-        slot->prefix = slot->own_prefix.get();
+        slot->stats = std::make_unique<Stats>();
+        slot->prefix = std::make_unique<PrefixCache>();
         slot->prefix->seq = i;
         if (sa_status st = make_slot_drafter(s, *slot); st != SA_OK) return st;
         slot->stats->set_n_draft(slot->drafter ? s.plan.n_verify : 0);

@@ -32,10 +32,11 @@ class Sequence;
 // prefix cache and drafter, alike in every slot.
 struct Slot {
     llama_seq_id seq = 0;
-    Stats * stats = nullptr;          // own_stats
-    PrefixCache * prefix = nullptr;   // own_prefix
-    Drafter * drafter = nullptr;      // own_drafter; null: plain decoding
-    common_speculative * spec = nullptr;  // what its drafter drafts with: the session's, or own_spec
+    std::unique_ptr<Stats> stats;
+    std::unique_ptr<PrefixCache> prefix;
+    std::unique_ptr<Drafter> drafter;     // null: plain decoding
+    common_speculative * spec = nullptr;  // what its drafter drafts with: the session's (slot 0's, or every
+                                          // slot's where a draft context serves every sequence), or own_spec
     std::atomic<bool> cancel{false};   // sa_session_cancel_seq (every slot also honours the session's flag)
     std::atomic<bool> forget{false};   // drop the kept prefix when the next request starts
     std::atomic<int32_t> pauses{0};    // > 0: its reader is behind; the steps skip it
@@ -45,11 +46,7 @@ struct Slot {
     std::atomic<int32_t> cells{0};
     bool busy = false;                 // under Engine::mu: a request runs on it
     RollbackCost rollback_cost;        // its checkpoints' measured cost (the thread running a step)
-
-    std::unique_ptr<Stats> own_stats;
-    std::unique_ptr<PrefixCache> own_prefix;
-    std::unique_ptr<Drafter> own_drafter;
-    common_speculative * own_spec = nullptr;
+    common_speculative * own_spec = nullptr;  // the slot's own common_speculative (an n-gram type's tables are per sequence)
 
     Slot() = default;
     Slot(const Slot &) = delete;

@@ -17,7 +17,7 @@ Sequence::Sequence(sa_session & s, Slot & slot, const sa_run_params & p, common_
     : s_(s), slot_(slot), p_(p), seq_(slot.seq), smpl_(smpl), events_(llama_model_get_vocab(s.model->model), cb, user),
       vocab_(llama_model_get_vocab(s.model->model)), mem_tgt_(llama_get_memory(s.ctx_tgt)),
       mem_dft_(s.ctx_dft ? llama_get_memory(s.ctx_dft) : nullptr), n_ctx_(s.n_ctx_seq),
-      n_rs_((int32_t) llama_n_rs_seq(s.ctx_tgt)), drafter_(slot.drafter), stats_(*slot.stats), prefix_(*slot.prefix),
+      n_rs_((int32_t) llama_n_rs_seq(s.ctx_tgt)), drafter_(slot.drafter.get()), stats_(*slot.stats), prefix_(*slot.prefix),
       n_logprobs_(n_logprobs), argmax_(picks_argmax(vocab_, p.sampling)),
       hooks_(s.test_hooks.load(std::memory_order_acquire)) {}
 
@@ -44,7 +44,7 @@ void Sequence::start() {
     fresh_ = forget || s_.memory.capacity() == 0;
     fused_ = fuses_first_token();
     n_reused_ = prefix_.resume(s_, p_.prompt, p_.n_prompt, forget, fused_ ? &first_kept_ : nullptr);
-    calibrate_step_cost(s_, slot_.drafter);  // auto's step-cost table, measured once per process (before the prefill)
+    calibrate_step_cost(s_, slot_.drafter.get());  // auto's step-cost table, measured once per process (before the prefill)
     stats_.begin_run(t_start_, (uint64_t) p_.n_prompt, (uint64_t) n_reused_);
     prompt_tgt_.reserve((size_t) n_ctx_);
     // a kept first token comes with the whole prompt; the last prompt token joins when it is taken
@@ -54,7 +54,7 @@ void Sequence::start() {
 
 bool Sequence::fuses_first_token() const {
     return argmax_ && n_logprobs_ < 0 && s_.ctx_dft == nullptr && !needs_checkpoints(s_) &&
-           (drafter_ == nullptr || s_.plan.automatic);
+           (drafter_ == nullptr || !drafter_->drafts_first_token());
 }
 
 void Sequence::finish(sa_status st) {
@@ -228,9 +228,9 @@ bool Sequence::draft_step(int32_t room, bool defer) {
     rb_.pos_max = llama_memory_seq_pos_max(mem_tgt_, seq_);
     rb_.has_tgt = false;
     if (s_.use_ckpt_dft && !rb_.dft.save(s_.ctx_dft, seq_)) return rollback_failed("saving the draft context's state"), false;
-    // Under auto the first step drafts nothing: its token is the request's
-    // first, due as soon as the prompt is in (decision 0049).
-    const bool first_token = n_emitted_ == 0 && s_.plan.automatic;
+    // A drafter may leave the first step plain: its token is the request's
+    // first, due as soon as the prompt is in (auto, decision 0049).
+    const bool first_token = n_emitted_ == 0 && !drafter_->drafts_first_token();
     const int32_t n_budget =
         first_token ? 0 : std::max(std::min({n_ctx_ - n_past_ - 2, p_.max_tokens - n_emitted_ - 1, room - 1}), 0);
     const int64_t t0 = ggml_time_us();

@@ -61,7 +61,7 @@ int32_t PrefixCache::resume(sa_session & s, const int32_t * prompt, int32_t n_pr
     if (s.plan.type == SA_SPEC_DRAFT_EAGLE3) n = std::min(n, n_common - 1);
     // The draft context's positions must continue where it stops (EAGLE-3 lags
     // one behind), unless its drafter catches it up itself when it drafts.
-    const Drafter * drafter = s.slot0().drafter;  // one drafter kind on every slot: slot 0's answers
+    const Drafter * drafter = s.slot0().drafter.get();  // one drafter kind on every slot: slot 0's answers
     const bool dft_follows = s.ctx_dft && !s.use_ckpt_dft && !(drafter && drafter->catches_up());
     if (dft_follows) n = std::min(n, (int32_t) pos_max(s.ctx_dft, seq) + 1);
     n = std::max(n, 0);

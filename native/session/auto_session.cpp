@@ -76,7 +76,7 @@ void print_auto_stats(const sa_session & s, const Slot & slot) {
         std::fprintf(stderr, "  %-14s %8llu %8llu %8llu\n", sa_drafter_name(d), (unsigned long long) snap.drafter_steps[d],
                      (unsigned long long) snap.drafter_drafted[d], (unsigned long long) snap.drafter_accepted[d]);
     }
-    const auto * autod = dynamic_cast<const AutoDrafter *>(slot.drafter);
+    const auto * autod = dynamic_cast<const AutoDrafter *>(slot.drafter.get());
     if (autod != nullptr && autod->model_dropped()) {
         std::fprintf(stderr, "  %s dropped: it cost more than it earned\n", sa_drafter_name(s.plan.type));
     }
