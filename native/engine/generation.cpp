@@ -91,10 +91,7 @@ void Sequence::keep_prefix(sa_status st) {
 
 
 bool Sequence::begin_step() {
-    i_chunk0_ = i_chunk1_ = 0;
-    i_verify_ = i_first_ = -1;
-    t_draft_us_ = t_checkpoint_us_ = 0;
-    verify_planned_ = drafted_now_ = false;
+    step_ = StepPart{};
     if (ended_) return false;
     if (phase_ == Phase::Start) start();
     if (cancelled()) {
@@ -108,7 +105,7 @@ int32_t Sequence::plan(common_batch & batch, int32_t room, const std::vector<Seq
     const int32_t n0 = batch.size();
     if (phase_ == Phase::Prefill) {
         // a chunk's decode is the prompt's alone: complete() begins decoding after the last one (decision 0050)
-        if (!plan_prefill(batch, room, peers) || i_chunk1_ > i_chunk0_) return batch.size() - n0;
+        if (!plan_prefill(batch, room, peers) || step_.i_chunk1 > step_.i_chunk0) return batch.size() - n0;
         begin_decoding();
         if (first_kept_ >= 0) {  // the same prompt as the previous run: its first token too
             take_first_token(std::exchange(first_kept_, -1), -1, 0);
@@ -140,10 +137,10 @@ bool Sequence::plan_prefill(common_batch & batch, int32_t room, const std::vecto
     for (int32_t i = i0; i < i1; ++i) {
         const bool row = fused_ && i == p_.n_prompt - 1;
         const int32_t k = batch.add(p_.prompt[i], i, seq_, row);
-        if (row) i_first_ = k;
+        if (row) step_.i_first = k;
     }
-    i_chunk0_ = i0;
-    i_chunk1_ = i1;
+    step_.i_chunk0 = i0;
+    step_.i_chunk1 = i1;
     last_pos_ = i1 - 1;
     return i1 == n;
 }
@@ -170,17 +167,15 @@ void Sequence::begin_decoding() {
 
 bool Sequence::prepare_verify(int32_t room, bool defer) {
     if (room <= 0) return false;
-    if (draft_.empty()) {
-        if (!draft_step(room, defer)) return false;
-        drafted_now_ = true;
-    }
+    const bool fresh = draft_.empty();
+    if (fresh && !draft_step(room, defer)) return false;
     if ((int32_t) draft_.size() + 1 > room) return false;  // a re-verification waits for a step with room
-    verify_planned_ = true;
+    step_.verify = fresh ? Verify::Draft : Verify::Reverify;
     return true;
 }
 
 bool Sequence::offer(DraftOption & out) const {
-    if (!verify_planned_ || !drafted_now_ || drafter_ == nullptr || !drafter_->offer(out)) return false;
+    if (step_.verify != Verify::Draft || drafter_ == nullptr || !drafter_->offer(out)) return false;
     out.rollback = rollback_price();
     return true;
 }
@@ -195,18 +190,18 @@ void Sequence::note_draft_in_use() {
 }
 
 bool Sequence::add_verify(common_batch & batch) {
-    if (!verify_planned_) return false;
-    if (drafted_now_ && !draft_.empty() && needs_checkpoint((int32_t) draft_.size())) {
+    if (step_.verify == Verify::Nothing) return false;
+    if (step_.verify == Verify::Draft && !draft_.empty() && needs_checkpoint((int32_t) draft_.size())) {
         const int64_t t_save = ggml_time_us();
         if (!rb_.tgt.save(s_.ctx_tgt, seq_)) {
-            verify_planned_ = false;
+            step_.verify = Verify::Nothing;
             return rollback_failed("saving the target's state before verifying"), false;
         }
         rb_.has_tgt = true;
-        t_checkpoint_us_ = ggml_time_us() - t_save;
-        slot_.rollback_cost.saved(t_checkpoint_us_);
+        step_.t_checkpoint_us = ggml_time_us() - t_save;
+        slot_.rollback_cost.saved(step_.t_checkpoint_us);
     }
-    i_verify_ = batch.add(id_last_, n_past_, seq_, true);
+    step_.i_verify = batch.add(id_last_, n_past_, seq_, true);
     for (size_t i = 0; i < draft_.size(); ++i) batch.add(draft_[i], n_past_ + 1 + (int32_t) i, seq_, true);
     last_pos_ = n_past_ + (int32_t) draft_.size();
     return true;
@@ -235,8 +230,8 @@ bool Sequence::draft_step(int32_t room, bool defer) {
         first_token ? 0 : std::max(std::min({n_ctx_ - n_past_ - 2, p_.max_tokens - n_emitted_ - 1, room - 1}), 0);
     const int64_t t0 = ggml_time_us();
     drafter_->draft(DraftInput{n_budget, n_past_, id_last_, prompt_tgt_, share_, defer, rollback_price()}, draft_);
-    t_draft_us_ = ggml_time_us() - t0;
-    n_pending_max_ = n_budget;
+    step_.t_draft_us = ggml_time_us() - t0;
+    step_.n_pending_max = n_budget;
     return drafter_->pending() || end_draft();
 }
 
@@ -245,18 +240,18 @@ RollbackPrice Sequence::rollback_price() const {
     return n_rs_ > 0 ? slot_.rollback_cost.price(n_rs_) : RollbackPrice{};
 }
 
-bool Sequence::draft_pending() const { return verify_planned_ && drafted_now_ && drafter_ && drafter_->pending(); }
+bool Sequence::draft_pending() const { return step_.verify == Verify::Draft && drafter_ && drafter_->pending(); }
 
 bool Sequence::finish_draft(int64_t t_us) {
     drafter_->finish_draft(draft_, t_us);
-    t_draft_us_ += t_us;
+    step_.t_draft_us += t_us;
     if (end_draft()) return true;
-    verify_planned_ = false;
+    step_.verify = Verify::Nothing;
     return false;
 }
 
 bool Sequence::end_draft() {
-    stats_.add(&Counters::t_draft_us, t_draft_us_);
+    stats_.add(&Counters::t_draft_us, step_.t_draft_us);
     note_draft_in_use();
     if (s_.ctx_dft) {
         if (s_.use_ckpt_dft && !rb_.dft.restore(s_.ctx_dft, seq_)) return rollback_failed("restoring the draft context's state"), false;
@@ -309,7 +304,7 @@ int Sequence::emit(const llama_tokens & ids, int32_t i0, llama_token * eog_id) {
 
 void Sequence::decode_failed(int32_t ret, const std::string & detail) {
     if (ended_) return;
-    const bool prefill = i_verify_ < 0;
+    const bool prefill = step_.i_verify < 0;
     const std::string what = prefill ? "prompt prefill" : "decoding";
     if (ret == 0) {  // sa_testing_fail_decode: the decode itself succeeded
         end_with_error(SA_ERR_DECODE, what + " failed: " + detail);
@@ -326,25 +321,25 @@ void Sequence::decode_failed(int32_t ret, const std::string & detail) {
 
 void Sequence::complete(const common_batch & batch, int64_t t_us, bool priced) {
     if (ended_) return;
-    const int32_t n_chunk = i_chunk1_ - i_chunk0_;
-    const int32_t n_verify = i_verify_ < 0 ? 0 : (int32_t) draft_.size() + 1;
+    const int32_t n_chunk = step_.i_chunk1 - step_.i_chunk0;
+    const int32_t n_verify = step_.i_verify < 0 ? 0 : (int32_t) draft_.size() + 1;
     // only a draft context reads the batch; a shared one the engine fed already,
     // and a verification's committed part is fed once it is known (verified)
     if (n_verify == 0 && feeds_draft_context() && !drafter_->process(batch)) return drafter_failed();
     if (n_chunk > 0) {  // a prompt chunk (its decode never holds this sequence's verification)
         stats_.add(&Counters::t_prefill_us, t_us);
-        const bool last_row = i_first_ >= 0;  // the prompt's last token, whose row makes the first token
+        const bool last_row = step_.i_first >= 0;  // the prompt's last token, whose row makes the first token
         // what a cancel keeps (the last token joins once its row is sampled)
-        prompt_tgt_.insert(prompt_tgt_.end(), p_.prompt + i_chunk0_, p_.prompt + i_chunk1_ - (last_row ? 1 : 0));
+        prompt_tgt_.insert(prompt_tgt_.end(), p_.prompt + step_.i_chunk0, p_.prompt + step_.i_chunk1 - (last_row ? 1 : 0));
         if (last_row) {
             begin_decoding();
             const int64_t t0 = ggml_time_us();
-            const llama_tokens ids = argmax_sample_and_accept_n(s_.ctx_tgt, {i_first_}, {});
-            take_first_token(ids.empty() ? -1 : ids[0], i_first_, ggml_time_us() - t0);
+            const llama_tokens ids = argmax_sample_and_accept_n(s_.ctx_tgt, {step_.i_first}, {});
+            take_first_token(ids.empty() ? -1 : ids[0], step_.i_first, ggml_time_us() - t0);
         } else if (!fused_) {  // the last prompt token is decoded with the first draft
             const int32_t n = p_.n_prompt - 1;
-            if (i_chunk1_ == n - (s_.ctx_dft ? 1 : 0)) prefix_.checkpoint(s_, i_chunk1_);
-            if (i_chunk1_ == n) begin_decoding();
+            if (step_.i_chunk1 == n - (s_.ctx_dft ? 1 : 0)) prefix_.checkpoint(s_, step_.i_chunk1);
+            if (step_.i_chunk1 == n) begin_decoding();
         }
     }
     if (n_verify > 0) verified(batch, t_us, batch.size() - n_verify, priced);
@@ -365,25 +360,25 @@ void Sequence::drafter_failed() {
     cut_ = true;
     if (cancelled()) return finish(SA_CANCELLED);
     end_with_error(SA_ERR_DECODE, std::string("the speculative drafter failed to process ") +
-                   (i_verify_ >= 0 ? "a batch" : "the prompt"));
+                   (step_.i_verify >= 0 ? "a batch" : "the prompt"));
 }
 
 double Sequence::expected_tokens() const {
-    if (!verify_planned_) return 0.0;
+    if (step_.verify == Verify::Nothing) return 0.0;
     return drafter_ && !draft_.empty() ? drafter_->expected_tokens() : 1.0;
 }
 
 void Sequence::verified(const common_batch & batch, int64_t t_us, int32_t n_others, bool priced) {
     ++n_past_;
     // the step's checkpoint (or the restore that led to this re-verification) is part of its cost
-    const int64_t t_verify = t_us + t_checkpoint_us_ + std::exchange(t_restore_us_, 0);
+    const int64_t t_verify = t_us + step_.t_checkpoint_us + std::exchange(t_restore_us_, 0);
     stats_.add(&Counters::t_verify_us, t_verify);
 
     common_sampler_ptr smpl_save;
     if (rb_.has_tgt) smpl_save.reset(common_sampler_clone(smpl_.get()));
     const int32_t n_draft = (int32_t) draft_.size();
     std::vector<int> idxs((size_t) n_draft + 1);
-    for (int32_t i = 0; i <= n_draft; ++i) idxs[(size_t) i] = i_verify_ + i;
+    for (int32_t i = 0; i <= n_draft; ++i) idxs[(size_t) i] = step_.i_verify + i;
     const int64_t t_s0 = ggml_time_us();
     llama_tokens ids = argmax_ ? argmax_sample_and_accept_n(s_.ctx_tgt, idxs, draft_)
                                : common_sampler_sample_and_accept_n(smpl_.get(), s_.ctx_tgt, idxs, draft_);
@@ -396,7 +391,7 @@ void Sequence::verified(const common_batch & batch, int64_t t_us, int32_t n_othe
     // a batch undone by a checkpoint restore is not read: its re-verification is
     if (!rolls_back && !feed_committed(batch, n_accepted)) return drafter_failed();
     // the drafter learns the decode's cost; its checkpoints are priced apart (decision 0091)
-    if (drafter_) drafter_->observe(StepOutcome{ids, n_draft, t_draft_us_, t_us, t_sample, !rolls_back, n_others, priced});
+    if (drafter_) drafter_->observe(StepOutcome{ids, n_draft, step_.t_draft_us, t_us, t_sample, !rolls_back, n_others, priced});
     const int32_t drafter = n_draft == 0 || !drafter_ ? SA_SPEC_NONE : drafter_->last_drafter();
 
     if (rolls_back) {
@@ -420,7 +415,7 @@ void Sequence::verified(const common_batch & batch, int64_t t_us, int32_t n_othe
     n_past_ += n_accepted;
 
     llama_token eog_id = -1;
-    const int terminal = emit(ids, i_verify_, &eog_id);
+    const int terminal = emit(ids, step_.i_verify, &eog_id);
     draft_.clear();
     rb_.has_tgt = false;
     if (!trim(mem_tgt_, n_past_)) return rollback_failed("the target refused llama_memory_seq_rm");

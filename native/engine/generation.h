@@ -50,7 +50,7 @@ public:
     uint64_t admitted_at() const { return admitted_at_; }
     uint64_t decoding_since() const { return decoding_since_; }
     // Tokens it holds once this step's decode is done.
-    int32_t reach() const { return std::max((int32_t) prompt_tgt_.size(), i_chunk1_); }
+    int32_t reach() const { return std::max((int32_t) prompt_tgt_.size(), step_.i_chunk1); }
 
     // Clears the step's part of the batch; starts the request on its first
     // step (its prefix cache resumes); false when it ended or is cancelled
@@ -81,7 +81,7 @@ public:
     void resize_draft(int32_t n);
     // [last, drafts...]'s tokens (a pending draft: at most)
     int32_t n_verify_tokens() const {
-        return verify_planned_ ? (draft_pending() ? n_pending_max_ : (int32_t) draft_.size()) + 1 : 0;
+        return step_.verify != Verify::Nothing ? (draft_pending() ? step_.n_pending_max : (int32_t) draft_.size()) + 1 : 0;
     }
     bool add_verify(common_batch & batch);
     // After a decode that held this sequence's tokens; t_us: the decode's time;
@@ -161,16 +161,24 @@ private:
     llama_token first_ = -1;       // the first token, once made from the prompt's row or kept
     uint64_t admitted_at_ = 0, decoding_since_ = 0;  // Engine::order then
 
-    // This step's part of the batch.
-    int32_t i_chunk0_ = 0, i_chunk1_ = 0;  // prompt tokens [i_chunk0_, i_chunk1_) were added
-    int32_t i_verify_ = -1;                // batch index of [last, drafts...]; -1: none this step
-    int32_t i_first_ = -1;                 // batch index of the last prompt token's row (fused_); -1: none
-    bool verify_planned_ = false;          // [last, drafts...] goes into this step's batch
-    bool drafted_now_ = false;             // draft_ was drafted this step (not a re-verification)
-    int32_t n_pending_max_ = 0;            // the longest draft it asked for
-    int64_t t_draft_us_ = 0;               // drafting time of this step
-    int64_t t_checkpoint_us_ = 0;          // saving the target's state before verifying
-    BatchShare share_;                     // the other sequences' part of this step's decode
+    // What a step verifies for it: nothing, a draft made in this step, or
+    // the accepted part of a rolled-back draft again (RolledBack).
+    enum class Verify { Nothing, Draft, Reverify };
+
+    // Its part of the step under way, started anew by begin_step(): plan() or
+    // draft_for_step() fill it, the decode reads the batch indexes, complete()
+    // reads the rest.
+    struct StepPart {
+        int32_t i_chunk0 = 0, i_chunk1 = 0;  // prompt tokens [i_chunk0, i_chunk1) were added
+        int32_t i_verify = -1;               // batch index of [last, drafts...]; -1: none this step
+        int32_t i_first = -1;                // batch index of the last prompt token's row (fused_); -1: none
+        Verify verify = Verify::Nothing;     // what [last, drafts...] in the batch holds
+        int32_t n_pending_max = 0;           // the longest draft it asked for
+        int64_t t_draft_us = 0;              // drafting time of this step
+        int64_t t_checkpoint_us = 0;         // saving the target's state before verifying
+    };
+    StepPart step_;
+    BatchShare share_;  // the other sequences' part of this step's decode (set before plan())
     common_batch committed_;               // feed_committed's view of the batch
 
     bool cancelled() const { return s_.cancelled() || slot_.cancel.load(std::memory_order_relaxed); }
