@@ -17,6 +17,7 @@ import trio
 
 import spec_actor
 from greedy_helpers import GEMMA_NEAR_TIE, assert_consistent, assert_lossless, greedy, with_eog
+from step_costs import CHEAP_DRAFTS_US, TINY_STEP_COST_US
 from spec_actor import Session, Spec, Stats
 from spec_actor.nif import testing as nt
 from tiny_model_fixtures import mtp_model, mtp_model_without_mtp, tiny_dflash, tiny_paths, tiny_target  # noqa: F401
@@ -133,10 +134,6 @@ def test_a_draft_model_that_auto_picks_now_and_then_drafts_from_a_caught_up_cont
     assert sum(r.stats.drafters[0].steps for r in runs if r.stats.drafters[0].name == "none") > 0
 
 
-# A step cost under which drafting pays when the drafts are right: a drafted
-# token adds a tenth of a plain step. Fixed, so that whether a model arm
-# earns its processing time follows from what the target accepts.
-CHEAP_DRAFTS_US = [10_000.0] + [10_000.0 + 1_000.0 * n for n in range(1, 33)]
 
 
 def test_a_model_drafter_that_does_not_pay_is_dropped_and_stops_reading_batches(tiny_target, tiny_dflash):
@@ -258,14 +255,6 @@ def test_auto_picks_a_drafter_that_pays_on_copy_heavy_text(gemma):
     assert stats.mean_accepted_per_step >= 1.5, stats.summary()
     best = max(stats.drafters, key=lambda d: d.accepted)
     assert best.name != "none" and best.accepted >= 0.3 * stats.tokens_emitted, stats.summary()
-
-
-# The tiny target's step cost, fixed: a drafted token costs as much as a
-# plain step, as it roughly does on the float32 tiny models. Fixed, so that
-# what auto drafts follows from what the target accepts, not from the
-# machine's load while the table is measured (a run beside a compiler once
-# priced drafts cheaper and verified a few more).
-TINY_STEP_COST_US = [200.0 * (1 + n) for n in range(33)]
 
 
 def test_auto_falls_back_to_plain_steps_on_sampled_text(tiny_target):

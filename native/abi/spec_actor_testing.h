@@ -32,8 +32,8 @@ sa_status sa_testing_top2(sa_session * session, const int32_t * tokens, int32_t 
 sa_status sa_testing_poll_stats(const sa_session * session, int32_t which, uint64_t until_requests,
                                 int64_t max_polls, sa_stats * out, int32_t cap, int32_t * n_out,
                                 int64_t * n_polls);
-/* Spec "auto" only: fixes the chooser's step cost for the rest of the session
- * (plain_us a plain step; intercept_us + per_token_us * n a step verifying n
+/* Spec "auto" only: fixes the chooser's step cost on every sequence for the rest
+ * of the session (plain_us a plain step; intercept_us + per_token_us * n a step verifying n
  * drafted tokens) instead of measuring it, so that a test's outcome does not
  * depend on the machine's load. */
 sa_status sa_testing_fix_step_cost(sa_session * session, double plain_us, double intercept_us,

@@ -93,32 +93,48 @@ extern "C" sa_status sa_testing_poll_stats(const sa_session * s, int32_t which, 
     return SA_OK;
 }
 
+namespace {
+
+// Whether every slot drafts with auto, whose step cost a test may fix.
+bool every_slot_is_auto(const sa_session & s) {
+    for (const auto & slot : s.engine->slots) {
+        if (slot->drafter == nullptr || slot->drafter->calibrated_cost() == nullptr) return false;
+    }
+    return true;
+}
+
+// Fixes the step cost of every slot's auto drafter to table (a pool's
+// sequences each price their own drafts).
+void fix_every_slot(sa_session & s, const std::vector<double> & table) {
+    for (const auto & slot : s.engine->slots) slot->drafter->calibrated_cost()->fix(table);
+}
+
+}  // namespace
+
 extern "C" sa_status sa_testing_fix_step_cost(sa_session * s, double plain_us, double intercept_us, double per_token_us) {
     if (s == nullptr) return fail(SA_ERR_INVALID_ARG, "sa_testing_fix_step_cost: null session");
-    Drafter * drafter = s->slot0().drafter.get();
-    StepCost * cost = drafter != nullptr ? drafter->calibrated_cost() : nullptr;  // auto's
-    if (cost == nullptr) return fail(SA_ERR_INVALID_ARG, "sa_testing_fix_step_cost: the session's spec is not auto");
+    if (!every_slot_is_auto(*s)) return fail(SA_ERR_INVALID_ARG, "sa_testing_fix_step_cost: the session's spec is not auto");
     if (!(plain_us > 0) || !(intercept_us > 0) || !(per_token_us >= 0)) {
         return fail(SA_ERR_INVALID_ARG, "sa_testing_fix_step_cost: costs must be positive");
     }
     std::vector<double> table(SA_MAX_DRAFT_POS + 1);
     for (size_t n = 0; n < table.size(); ++n) table[n] = n == 0 ? plain_us : intercept_us + per_token_us * (double) n;
-    cost->fix(std::move(table));
+    fix_every_slot(*s, table);
     return SA_OK;
 }
 
 extern "C" sa_status sa_testing_fix_step_cost_table(sa_session * s, const double * us_by_length, int32_t n) {
     if (s == nullptr || us_by_length == nullptr) return fail(SA_ERR_INVALID_ARG, "sa_testing_fix_step_cost_table: null argument");
-    Drafter * drafter = s->slot0().drafter.get();
-    StepCost * cost = drafter != nullptr ? drafter->calibrated_cost() : nullptr;  // auto's
-    if (cost == nullptr) return fail(SA_ERR_INVALID_ARG, "sa_testing_fix_step_cost_table: the session's spec is not auto");
+    if (!every_slot_is_auto(*s)) {
+        return fail(SA_ERR_INVALID_ARG, "sa_testing_fix_step_cost_table: the session's spec is not auto");
+    }
     if (n < 1 || n > SA_MAX_DRAFT_POS + 1) {
         return fail(SA_ERR_INVALID_ARG, "sa_testing_fix_step_cost_table: need 1..SA_MAX_DRAFT_POS+1 costs");
     }
     for (int32_t i = 0; i < n; ++i) {
         if (!(us_by_length[i] > 0)) return fail(SA_ERR_INVALID_ARG, "sa_testing_fix_step_cost_table: costs must be positive");
     }
-    cost->fix(std::vector<double>(us_by_length, us_by_length + n));
+    fix_every_slot(*s, std::vector<double>(us_by_length, us_by_length + n));
     return SA_OK;
 }
 

@@ -42,8 +42,9 @@ def poll_stats(handle: SessionHandle, which: int, *, until_requests: int, max_po
 def fix_step_cost(handle: SessionHandle, plain_us: float, intercept_us: float, per_token_us: float) -> None:
     """Fix an auto session's step cost (plain; intercept + per_token * n drafted) instead of measuring it.
 
-    The chooser's decisions then depend on what it drafts and what the
-    target accepts, not on the machine's load.
+    Every sequence of the session gets it. The chooser's decisions then
+    depend on what it drafts and what the target accepts, not on the
+    machine's load.
     """
     check(lib.sa_testing_fix_step_cost(handle, plain_us, intercept_us, per_token_us), "fix step cost")
 
@@ -118,7 +119,7 @@ def expected_tokens(checked: list[tuple[int, int]], n_cap: int, *, later_floor: 
 
 
 def fix_step_cost_table(handle: SessionHandle, us_by_length: list[float]) -> None:
-    """Fix an auto session's step cost to ``us_by_length[n]`` for a step verifying n drafted tokens."""
+    """Fix an auto session's step cost to ``us_by_length[n]`` for a step verifying n drafted tokens (every sequence's)."""
     buf = ffi.new("double[]", us_by_length)
     check(lib.sa_testing_fix_step_cost_table(handle, buf, len(us_by_length)), "fix step cost table")
 
