@@ -217,7 +217,7 @@ def test_unreachable_or_wrong_workers_fail_the_load_at_once(tiny_paths):
 def test_the_handshake_speaks_the_built_protocol():
     import sys
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "native"))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "native" / "llama"))
     import llama_build
 
     from spec_actor import _rpc
