@@ -11,7 +11,7 @@ from typing import Any
 
 from ._chat import Message, choose_template, render_chat, tokenize_chat
 from ._errors import ConfigError, ModelLoadError, ModelMissingError
-from ._rpc import check_workers
+from ._rpc import RPC_TIMEOUT, check_timeout, check_workers
 from ._tokenizer import Tokenizer
 from .nif import model as _nm
 
@@ -111,6 +111,17 @@ class Model:
     def path(self) -> str:
         return self.info.path
 
+    def rpc_failure(self) -> str | None:
+        """Why the model's RPC worker failed, as its requests' ``Error`` says; None while they answer.
+
+        None too for a model without workers, or a closed one. A worker's
+        failure is known once a call to it failed (a request ran into it),
+        not while the model is idle (docs/decisions/0105).
+        """
+        if not self.rpc or self._handle is None:
+            return None
+        return _nm.rpc_failure(self._handle) or None
+
     @property
     def closed(self) -> bool:
         return self._handle is None
@@ -200,7 +211,8 @@ class Model:
 
 def load_model(path: str | os.PathLike[str] | None = None, *, n_gpu_layers: int = -1,
                use_mmap: bool = True, use_mlock: bool = False, load_mtp: bool = False,
-               vocab_only: bool = False, rpc: Sequence[str] | None = None) -> Model:
+               vocab_only: bool = False, rpc: Sequence[str] | None = None,
+               rpc_timeout: float = RPC_TIMEOUT) -> Model:
     """Load a GGUF model; with no path, the embedded Gemma 3 270M Q4_K_M.
 
     ``n_gpu_layers=-1`` offloads every layer when a GPU backend is built in
@@ -216,7 +228,12 @@ def load_model(path: str | os.PathLike[str] | None = None, *, n_gpu_layers: int 
     5 seconds (`spec_actor._rpc.CONNECT_TIMEOUT`). A worker that stops answering later ends the
     request running on the model with an ``Error`` event, and the model
     then refuses new sessions: load it again once the worker is back
-    (docs/deployment.md, "RPC workers", and docs/decisions/0097). The
+    (docs/deployment.md, "RPC workers", and docs/decisions/0097).
+    ``rpc_timeout`` (seconds, default 60) bounds each send and receive to a
+    worker: one that moves nothing for that long fails the worker as a dead
+    one does, so a stopped or stuck worker ends its request too (decision
+    0105). A process keeps one connection per worker, shared by every model
+    on it: the last model loaded on a worker sets its timeout. The
     protocol has no authentication: keep workers on loopback or a private
     network.
 
@@ -227,7 +244,8 @@ def load_model(path: str | os.PathLike[str] | None = None, *, n_gpu_layers: int 
     resolved = default_model_path() if path is None else Path(path)
     if not isinstance(n_gpu_layers, int) or n_gpu_layers < -1:
         raise ConfigError(f"n_gpu_layers={n_gpu_layers!r} must be -1 (all) or a layer count >= 0")
+    timeout_ms = check_timeout(rpc_timeout)
     workers = None if rpc is None else check_workers(rpc)
     handle = _nm.load(resolved, n_gpu_layers=n_gpu_layers, use_mmap=use_mmap, use_mlock=use_mlock,
-                      load_mtp=load_mtp, vocab_only=vocab_only, rpc=workers)
+                      load_mtp=load_mtp, vocab_only=vocab_only, rpc=workers, rpc_timeout_ms=timeout_ms)
     return Model(handle, str(resolved), mtp_loaded=load_mtp, rpc=tuple(workers or ()))

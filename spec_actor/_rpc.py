@@ -6,12 +6,15 @@ ggml connects with a blocking ``connect()`` and no timeout; a host that drops
 packets would hold a load for about two minutes, and a port where something
 else listens for ever. So each worker is asked for ggml's RPC handshake here
 first, with a timeout: a load fails at once with the worker's address and
-what went wrong.
+what went wrong. After the load, every send and receive to a worker is
+bounded by ``rpc_timeout`` (decision 0105): a worker that is stopped or stuck
+fails the request it serves, as a dead one does.
 """
 
 from __future__ import annotations
 
 import ipaddress
+import math
 import socket
 import struct
 from collections.abc import Sequence
@@ -19,10 +22,35 @@ from collections.abc import Sequence
 from ._errors import ConfigError, ModelLoadError
 from .nif.rpc import models_on
 
-__all__ = ["CONNECT_TIMEOUT", "check_workers", "is_loopback", "parse_worker"]
+__all__ = ["CONNECT_TIMEOUT", "RPC_TIMEOUT", "check_timeout", "check_workers", "is_loopback", "parse_worker"]
 
 CONNECT_TIMEOUT = 5.0
 """Seconds a worker has to answer the handshake before a load fails."""
+
+RPC_TIMEOUT = 60.0
+"""Default seconds a send or receive to a worker may move nothing before its connection fails.
+
+A bound on a stall, not on a transfer: a layer's weights going over a slow
+link keep moving, and each byte restarts the wait. The longest legitimate
+silence is a worker computing its share of one batch before it answers; on
+a CPU worker a 512-token batch through a large model takes tens of seconds
+(docs/decisions/0105-rpc-calls-are-bounded.md).
+"""
+
+_MAX_TIMEOUT = 86400.0  # a day: more is no bound at all, and fits ggml's millisecond count easily
+
+
+def check_timeout(seconds: object) -> int:
+    """``seconds`` (``rpc_timeout``) as whole milliseconds, at least 1.
+
+    Raises:
+        ConfigError: not a number, or not positive and finite (at most a day).
+    """
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not math.isfinite(seconds) \
+            or not 0 < seconds <= _MAX_TIMEOUT:
+        raise ConfigError(f"rpc_timeout={seconds!r} must be a number of seconds, more than 0 and at most "
+                          f"{_MAX_TIMEOUT:g} (a day)")
+    return max(1, math.ceil(seconds * 1000))
 
 # ggml-rpc's protocol (ggml/src/ggml-rpc/ggml-rpc.cpp, ggml-rpc.h): a command is
 # | cmd: u8 | size: u64 | payload |, an answer | size: u64 | payload |. HELLO

@@ -5,7 +5,10 @@ own command line. Through a worker the tiny float32 model must give exactly
 the tokens it gives locally (the worker computes with the same CPU kernels);
 speculation and the prefix cache work over it unchanged; and a worker that
 dies mid-request ends that request with an error within a bound, after which
-the process serves a local model as before.
+the process serves a local model as before. A worker that is stopped
+(SIGSTOP) keeps its socket open: the ``rpc_timeout`` bound on each call ends
+its request the same way, and a server's ``/health`` then answers 503
+(docs/decisions/0105).
 """
 
 from __future__ import annotations
@@ -26,11 +29,13 @@ from tiny_model_fixtures import tiny_paths, tiny_target  # noqa: F401  (fixtures
 import spec_actor
 from serve_helpers import CLI, TESTS_DIR, TIMEOUT, subprocess_env
 from spec_actor import ConfigError, Error, ModelLoadError, Session, Token
-from spec_actor._rpc import check_workers, parse_worker
+from spec_actor._rpc import check_timeout, check_workers, parse_worker
 
 N_CTX = 512
 DEATH_BOUND = 2.0
 """Seconds from a worker's death to the Error event of the request it served (docs/deployment.md)."""
+STUCK_TIMEOUT = 2.0
+"""The rpc_timeout of the tests that stop a worker: their requests end by it."""
 
 
 def _free_port() -> int:
@@ -68,9 +73,14 @@ class Worker:
         self.proc.send_signal(signal.SIGKILL)
         self.proc.wait(TIMEOUT)
 
+    def pause(self) -> None:
+        """Stop it (SIGSTOP): its kernel keeps the socket open and acknowledges, but nothing answers."""
+        self.proc.send_signal(signal.SIGSTOP)
+
     def stop(self) -> str:
         """End it (SIGTERM, as Ctrl-C would) and return its stderr."""
         if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGCONT)  # a stopped process holds SIGTERM until it continues
             self.proc.terminate()
         _, err = self.proc.communicate(timeout=TIMEOUT)
         return err
@@ -178,6 +188,78 @@ async def test_a_worker_killed_mid_request_ends_it_with_an_error_and_the_process
     dying.stop()
 
 
+async def test_a_worker_stopped_mid_request_ends_it_by_the_timeout_and_the_process_goes_on(
+        worker, tiny_paths, tiny_target):
+    prompt = _prompt(tiny_target, 8)
+    local = _run(tiny_target, prompt).tokens
+    remote = spec_actor.load_model(tiny_paths.target, rpc=[worker.endpoint], rpc_timeout=STUCK_TIMEOUT)
+    assert remote.rpc_failure() is None and tiny_target.rpc_failure() is None
+    events: list[object] = []
+    async with spec_actor.open_actor(remote, spec="none", n_ctx=4096, n_threads=1) as actor:
+        # generous: the bound is STUCK_TIMEOUT, this only keeps a failing test from hanging
+        with trio.fail_after(TIMEOUT):
+            async with actor.stream_events(prompt, max_tokens=4000, temp=0.0) as stream:
+                async for event in stream:
+                    events.append(event)
+                    if len(events) == 20:
+                        worker.pause()
+        assert isinstance(events[-1], Error), events[-1]
+        # it ended by the timeout, not by a closed connection (the worker's process lives)
+        assert worker.proc.poll() is None
+        expected = f"RPC worker {worker.endpoint} did not answer within the RPC timeout of {STUCK_TIMEOUT:g} s"
+        assert expected in events[-1].reason
+        assert sum(isinstance(e, Token) for e in events) < 4000
+        with trio.fail_after(TIMEOUT):  # the next request ends at once with the same error
+            async with actor.stream_events([5, 6, 7], max_tokens=8, temp=0.0) as stream:
+                last = [event async for event in stream][-1]
+        assert isinstance(last, Error) and expected in last.reason
+    assert expected in remote.rpc_failure() and tiny_target.rpc_failure() is None
+    with pytest.raises(spec_actor.ContextError, match="did not answer within the RPC timeout"):
+        Session(remote, spec="none", n_ctx=256)
+    # a local model works in the same process, and gives the output it gave before
+    assert len(local) == 96 and _run(tiny_target, prompt).tokens == local
+
+
+def test_serve_health_turns_503_once_its_worker_is_stuck(worker, tiny_paths, tiny_target):
+    import httpx
+
+    from serve_helpers import start_cli_server
+
+    proc, url = start_cli_server("-m", str(tiny_paths.target), "--spec", "none", "--rpc", worker.endpoint,
+                                 "--rpc-timeout", f"{STUCK_TIMEOUT:g}")
+    try:
+        assert httpx.get(f"{url}/health", timeout=TIMEOUT).json() == {"status": "ok"}
+        prompt = _prompt(tiny_target, 12, 5)
+        ok = httpx.post(f"{url}/v1/completions", json={"prompt": prompt, "max_tokens": 8, "temperature": 0},
+                        timeout=TIMEOUT)
+        assert ok.status_code == 200
+        worker.pause()
+        failed = httpx.post(f"{url}/v1/completions", json={"prompt": prompt, "max_tokens": 8, "temperature": 0},
+                            timeout=TIMEOUT)
+        health = httpx.get(f"{url}/health", timeout=TIMEOUT)
+        models = httpx.get(f"{url}/v1/models", timeout=TIMEOUT)
+    finally:
+        proc.terminate()
+        proc.wait(TIMEOUT)
+    assert failed.status_code >= 500 and "did not answer within the RPC timeout of 2 s" in failed.text
+    assert health.status_code == 503
+    error = health.json()["error"]
+    assert error["type"] == "unavailable_error" and error["code"] == "rpc_worker_failed"
+    assert error["message"].startswith(f"RPC worker {worker.endpoint} did not answer within the RPC timeout")
+    assert models.status_code == 200  # only /health reports it: the server still answers
+
+
+def test_the_rpc_timeout_must_be_positive_and_finite(tiny_paths):
+    for bad in (0, -1, float("inf"), float("nan"), "5", True, None, 86401):
+        with pytest.raises(ConfigError, match="rpc_timeout=.* must be a number of seconds, more than 0"):
+            spec_actor.load_model(tiny_paths.target, rpc=["127.0.0.1:1"], rpc_timeout=bad)
+    assert check_timeout(2) == 2000 and check_timeout(0.0001) == 1 and check_timeout(1.5) == 1500
+    for bad in ("0", "-3", "inf", "nan", "soon"):
+        cli = subprocess.run([*CLI, "serve", "--rpc", "127.0.0.1:1", "--rpc-timeout", bad], capture_output=True,
+                             text=True, env=subprocess_env(), cwd=TESTS_DIR, timeout=TIMEOUT)
+        assert cli.returncode == 2 and "argument --rpc-timeout:" in cli.stderr and "more than 0" in cli.stderr
+
+
 def test_serve_places_the_model_on_a_worker(worker, tiny_paths, tiny_target):
     import httpx
 
@@ -217,7 +299,7 @@ def test_unreachable_or_wrong_workers_fail_the_load_at_once(tiny_paths):
 def test_the_handshake_speaks_the_built_protocol():
     import sys
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "native"))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "native" / "llama"))
     import llama_build
 
     from spec_actor import _rpc
@@ -226,6 +308,7 @@ def test_the_handshake_speaks_the_built_protocol():
     major = int(re.search(r"#define RPC_PROTO_MAJOR_VERSION\s+(\d+)", header).group(1))
     assert _rpc._PROTOCOL_MAJOR == major
     assert "ggml_backend_rpc_server_failed" in header  # the edit that reports a dead worker (0097)
+    assert "ggml_backend_rpc_set_timeout" in header  # the edit that bounds a stuck one (0105)
 
 
 def test_the_worker_command_refuses_bad_addresses_and_warns_off_loopback():

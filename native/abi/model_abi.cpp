@@ -61,6 +61,11 @@ sa_status sa_model_chat_template(const sa_model * m, char * buf, int32_t cap, in
     return copy_out(tmpl ? tmpl : "", buf, cap, n_out);
 }
 
+sa_status sa_model_rpc_failure(const sa_model * m, char * buf, int32_t cap, int32_t * n_out) {
+    if (m == nullptr) return fail(SA_ERR_INVALID_ARG, "sa_model_rpc_failure: null model");
+    return copy_out(rpc_failure(*m), buf, cap, n_out);
+}
+
 sa_status sa_model_meta(const sa_model * m, const char * key, char * buf, int32_t cap, int32_t * n_out) {
     if (m == nullptr || key == nullptr) return fail(SA_ERR_INVALID_ARG, "sa_model_meta: null argument");
     const int32_t n = llama_model_meta_val_str(m->model, key, nullptr, 0);

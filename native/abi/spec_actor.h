@@ -116,6 +116,9 @@ typedef struct {
     int32_t load_mtp;       /* load NextN/MTP layers */
     int32_t vocab_only;
     const char * rpc_servers;  /* "host:port,..." of ggml RPC workers holding layers (NULL or "": none) */
+    uint32_t rpc_timeout_ms;   /* a send or receive to a worker that moves nothing for this long fails
+                                  the worker's connection (0: no bound); the connection is shared, so
+                                  the last model loaded on a worker sets it for all (decision 0105) */
 } sa_model_params;
 
 typedef struct {
@@ -260,6 +263,10 @@ sa_status sa_rpc_serve(const char * host, int32_t port, int32_t n_threads);
  * worker endpoint ("host:port"): while there is one, the process holds the
  * worker's one connection, which later models on it share. */
 int32_t sa_rpc_models_on(const char * endpoint);
+/* Why the model's RPC worker failed (it stopped answering, or did not answer
+ * within the timeout), as its requests' Error events say; "" while every
+ * worker of the model answers, or it has none. */
+sa_status sa_model_rpc_failure(const sa_model * model, char * buf, int32_t cap, int32_t * n_out);
 void sa_model_free(sa_model * model);
 sa_status sa_model_get_info(const sa_model * model, sa_model_info * out);
 /* Chat template text; SA_ERR_BUFFER with *n_out = needed size if cap is too small. */

@@ -31,7 +31,7 @@ sa_status load_model(const char * path, const sa_model_params & params, sa_model
         llama_model_params mp = llama_model_default_params();
         std::vector<std::string> rpc;
         std::vector<ggml_backend_dev_t> devices;  // null-terminated; empty: every device of this process
-        if (sa_status st2 = rpc_devices(params.rpc_servers, rpc, devices); st2 != SA_OK) return st2;
+        if (sa_status st2 = rpc_devices(params.rpc_servers, params.rpc_timeout_ms, rpc, devices); st2 != SA_OK) return st2;
         if (!devices.empty()) mp.devices = devices.data();
         mp.n_gpu_layers = params.n_gpu_layers;
         const bool mmap = params.use_mmap != 0, mlock = params.use_mlock != 0;

@@ -9,6 +9,8 @@
 // checks that after a model loads, before a session is made and after every
 // decode, so a dead worker ends the request with an Error event, and a model
 // on it refuses further work with a message that says which worker it was.
+// Patch 0010 bounds each send and receive (the model's rpc_timeout_ms), so a
+// worker that is stopped or stuck fails the same way (docs/decisions/0105).
 #include "support/shim_internal.h"
 
 #include "ggml-backend.h"
@@ -19,6 +21,7 @@
 #include <arpa/inet.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <map>
 #include <mutex>
 #include <vector>
@@ -40,7 +43,8 @@ bool well_formed(const std::string & endpoint) {
 
 }  // namespace
 
-sa_status rpc_devices(const char * servers, std::vector<std::string> & endpoints, std::vector<ggml_backend_dev_t> & out) {
+sa_status rpc_devices(const char * servers, uint32_t timeout_ms, std::vector<std::string> & endpoints,
+                      std::vector<ggml_backend_dev_t> & out) {
     endpoints.clear();
     out.clear();
     if (servers == nullptr || servers[0] == '\0') return SA_OK;
@@ -73,6 +77,13 @@ sa_status rpc_devices(const char * servers, std::vector<std::string> & endpoints
                         "it is still open; close those, then load the model again");
         }
 #endif
+#ifdef GGML_RPC_HAS_TIMEOUT
+        // patch 0010: a stuck worker fails its calls after timeout_ms (the live
+        // connection's bound too, which every model on the worker shares)
+        ggml_backend_rpc_set_timeout(endpoint.c_str(), timeout_ms);
+#else
+        (void) timeout_ms;
+#endif
         // registered once per endpoint and process (not with ggml's registry:
         // models loaded without rpc stay on this machine)
         ggml_backend_reg_t reg = ggml_backend_rpc_add_server(endpoint.c_str());
@@ -102,10 +113,18 @@ void rpc_attach(const sa_model & m, int delta) {
 std::string rpc_failure(const sa_model & m) {
 #if defined(SA_HAVE_RPC) && defined(GGML_RPC_HAS_SERVER_FAILED)
     for (const std::string & endpoint : m.rpc) {
-        if (ggml_backend_rpc_server_failed(endpoint.c_str())) {
-            return "RPC worker " + endpoint + " stopped answering (its process ended or the network failed); "
-                   "the model's layers there are lost: load it again once the worker is back";
+        if (!ggml_backend_rpc_server_failed(endpoint.c_str())) continue;
+        std::string what = "stopped answering (its process ended or the network failed)";
+#ifdef GGML_RPC_HAS_TIMEOUT
+        if (const uint32_t ms = ggml_backend_rpc_server_timed_out(endpoint.c_str()); ms > 0) {
+            char seconds[32];
+            std::snprintf(seconds, sizeof seconds, "%g", ms / 1000.0);
+            what = std::string("did not answer within the RPC timeout of ") + seconds +
+                   " s (its process is stopped or stuck, or the network drops its packets)";
         }
+#endif
+        return "RPC worker " + endpoint + " " + what + "; the model's layers there are lost: load it again "
+               "once the worker is back";
     }
 #else
     (void) m;

@@ -53,14 +53,17 @@ void print_with_log_level(int level, const std::function<void()> & fn);
 // The devices of a model placed on the RPC workers of servers ("host:port"
 // comma-separated; null or "" for none): this process's accelerators, then
 // each worker's devices, null-terminated (empty for none), and the workers'
-// endpoints. Fails when a worker does not answer (rpc.cpp).
-sa_status rpc_devices(const char * servers, std::vector<std::string> & endpoints, std::vector<ggml_backend_dev_t> & out);
+// endpoints. Each worker's sends and receives that move nothing for
+// timeout_ms fail its connection (0: no bound). Fails when a worker does not
+// answer (rpc.cpp).
+sa_status rpc_devices(const char * servers, uint32_t timeout_ms, std::vector<std::string> & endpoints,
+                      std::vector<ggml_backend_dev_t> & out);
 
 // Counts m as a live model on each of its RPC workers (delta 1, once loaded)
 // or no longer (-1, once freed): sa_rpc_models_on reads the counts.
 void rpc_attach(const sa_model & m, int delta);
 
-// Why the model cannot compute: one of its RPC workers stopped answering; "" when none did.
+// Why the model cannot compute: one of its RPC workers stopped answering or timed out; "" when none did.
 std::string rpc_failure(const sa_model & m);
 // Loaded models that use the worker at endpoint ("host:port").
 int32_t rpc_models_on(const char * endpoint);

@@ -10,7 +10,7 @@ from typing import Any, NoReturn, Protocol
 
 from .._errors import ConfigError
 from .._model import Model, load_model
-from .._rpc import parse_worker
+from .._rpc import RPC_TIMEOUT, check_timeout, parse_worker
 from .._spec import DRAFT_MODEL_TYPES, OPTIONAL_DRAFT_MODEL_TYPES, SA_MAX_DRAFT_POS, Spec, canonical_type
 
 PROG = "spec-actor"
@@ -101,6 +101,10 @@ def add_model_options(parser: argparse.ArgumentParser, *, positional: bool = Fal
     parser.add_argument("--rpc", type=rpc_arg, metavar="HOST:PORT[,HOST:PORT...]",
                         help="place layers on these `spec-actor rpc-worker`s, as llama.cpp's --rpc (unauthenticated: "
                              "loopback, a private network or an SSH tunnel only; docs/deployment.md)")
+    parser.add_argument("--rpc-timeout", type=rpc_timeout_arg, default=RPC_TIMEOUT, metavar="SECONDS",
+                        help="a send or receive to an RPC worker that moves nothing for this long fails the worker "
+                             f"as a dead one does: a stopped or stuck worker ends its request (default: "
+                             f"{RPC_TIMEOUT:g})")
 
 
 def rpc_arg(text: str) -> list[str]:
@@ -112,6 +116,19 @@ def rpc_arg(text: str) -> list[str]:
     except ConfigError as exc:
         raise argparse.ArgumentTypeError(exc.message) from None
     return workers
+
+
+def rpc_timeout_arg(text: str) -> float:
+    """argparse type: seconds, more than 0 and finite."""
+    try:
+        seconds: object = float(text)
+    except ValueError:
+        seconds = text
+    try:
+        check_timeout(seconds)
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError(exc.message) from None
+    return float(text)
 
 
 def add_engine_options(parser: argparse.ArgumentParser) -> None:
@@ -164,7 +181,7 @@ def open_model(args: argparse.Namespace, *, mtp: bool = False) -> Model:
     """Load the model the options name (the embedded one by default)."""
     path = _existing(args.model, "model")
     return load_model(path, n_gpu_layers=args.gpu_layers, load_mtp=bool(args.load_mtp or mtp),
-                      rpc=getattr(args, "rpc", None))
+                      rpc=getattr(args, "rpc", None), rpc_timeout=getattr(args, "rpc_timeout", RPC_TIMEOUT))
 
 
 def auto_n_ctx(n_prompt: int, max_tokens: int, n_ctx_train: int) -> int:

@@ -13,14 +13,16 @@ ModelHandle = Any  # cdata 'sa_model *', freed by ffi.gc
 
 
 def load(path: str | os.PathLike[str], *, n_gpu_layers: int, use_mmap: bool, use_mlock: bool,
-         load_mtp: bool, vocab_only: bool, rpc: list[str] | None = None) -> ModelHandle:
+         load_mtp: bool, vocab_only: bool, rpc: list[str] | None = None, rpc_timeout_ms: int = 0) -> ModelHandle:
     """Load a GGUF file; the handle frees the model when garbage-collected.
 
-    ``rpc``: "host:port" of ggml RPC workers that hold some of its layers.
+    ``rpc``: "host:port" of ggml RPC workers that hold some of its layers;
+    ``rpc_timeout_ms``: the bound on each send and receive to them (0: none).
     """
     params = ffi.new("sa_model_params *")
     servers = ffi.new("char[]", ",".join(rpc or ()).encode())
     params.rpc_servers = servers
+    params.rpc_timeout_ms = rpc_timeout_ms
     params.n_gpu_layers = n_gpu_layers
     params.use_mmap = use_mmap
     params.use_mlock = use_mlock
@@ -29,6 +31,11 @@ def load(path: str | os.PathLike[str], *, n_gpu_layers: int, use_mmap: bool, use
     out = ffi.new("sa_model **")
     check(lib.sa_model_load(os.fsencode(path), params, out), "load_model")
     return ffi.gc(out[0], lib.sa_model_free)
+
+
+def rpc_failure(handle: ModelHandle) -> str:
+    """Why the model's RPC worker failed (its requests' Error message); "" while every worker answers."""
+    return _string_out(lib.sa_model_rpc_failure, handle, what="model rpc state")
 
 
 def info(handle: ModelHandle) -> dict[str, Any]:

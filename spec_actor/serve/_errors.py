@@ -7,7 +7,7 @@ from typing import Any
 from .._errors import (ActorClosedError, ConfigError, GrammarError, PromptError, QueueFullError,
                        SpecActorError)
 
-__all__ = ["ApiError", "api_error_for", "bad_request", "context_exceeded", "shutting_down"]
+__all__ = ["ApiError", "api_error_for", "bad_request", "context_exceeded", "rpc_worker_failed", "shutting_down"]
 
 
 class ApiError(Exception):
@@ -59,6 +59,15 @@ def shutting_down() -> ApiError:
     """The 503 of a request that the server ended because it is stopping."""
     return ApiError(503, "the server is shutting down; retry against a running server",
                     type="service_unavailable", code="shutting_down")
+
+
+def rpc_worker_failed(reason: str) -> ApiError:
+    """The 503 of ``/health`` once the model's RPC worker failed: llama-server's ``unavailable_error``.
+
+    The model cannot compute again until it is loaded again, so a load
+    balancer or a readiness probe should drop this replica.
+    """
+    return ApiError(503, reason, type="unavailable_error", code="rpc_worker_failed")
 
 
 def api_error_for(exc: SpecActorError) -> ApiError:

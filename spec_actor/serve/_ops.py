@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ._errors import shutting_down
+from ._errors import rpc_worker_failed, shutting_down
 from ._http import Exchange
 from ._metrics import CONTENT_TYPE
 from ._state import ServerState
@@ -11,9 +11,11 @@ __all__ = ["health", "metrics"]
 
 
 async def health(exchange: Exchange, state: ServerState) -> None:
-    """``GET /health``: 200 while serving, 503 once stopping."""
+    """``GET /health``: 200 while serving; 503 once stopping, or once the model's RPC worker failed."""
     if state.stopping.is_set():
         raise shutting_down()
+    if (failure := state.pool.model.rpc_failure()) is not None:
+        raise rpc_worker_failed(failure)
     await exchange.send_json(200, {"status": "ok"})
 
 
