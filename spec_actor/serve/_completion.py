@@ -17,7 +17,7 @@ import trio
 
 from .._events import Done, Eog, Token
 from ._errors import shutting_down
-from ._generation import Answer
+from ._generation import Answer, Choice
 from ._http import Exchange
 from ._logprobs import native_probabilities
 from ._prepare import Prepared, prepare_body
@@ -56,10 +56,10 @@ class NativeAnswer(Answer):
         self.has_new_line = False
         """Whether a generated token held a newline."""
 
-    async def _deliver(self, ev: Token) -> None:
+    async def _deliver(self, choice: Choice, ev: Token) -> None:
         self.has_new_line = self.has_new_line or "\n" in ev.text
         if not self.job.stream:
-            self.text.append(ev.text)
+            choice.text.append(ev.text)
             self.ids.append(ev.id)
             if self.native.n_probs:
                 self.probs.append(ev)
@@ -71,13 +71,14 @@ class NativeAnswer(Answer):
         await self.exchange.send_event(chunk)
 
     async def _respond(self) -> None:
+        choice = self.choices[0]  # one per native request
         prompt_tokens, cached_tokens = self._counts()
-        self.state.metrics.finished(self.finish_reason or "stop")
-        stats = self.final_stats or self.events.stats()
+        self.state.metrics.finished(choice.finish_reason or "stop")
+        stats = self._stats()
         tokenizer = self.state.pool.model.tokenizer
         prompt = await in_worker(self.state, lambda: tokenizer.decode(self.prompt_ids, special=True))
         stop = self.job.options.get("stop") or []
-        stop_type = _stop_type(self.end)
+        stop_type = _stop_type(choice.end)
         speculation = speculation_fields(stats, self.tokens)
         speculation["timings"]["cache_n"] = cached_tokens
         settings = generation_settings(self.job.options["sampling"], n_predict=self.native.n_predict,
@@ -85,7 +86,7 @@ class NativeAnswer(Answer):
                                        speculative_type=self.state.pool.actors[0].spec.type)
         answer = {
             "index": 0,
-            "content": "" if self.job.stream else "".join(self.text),
+            "content": "" if self.job.stream else "".join(choice.text),
             "tokens": self.ids if self.native.return_tokens else [],
             "id_slot": -1,
             "stop": True,
