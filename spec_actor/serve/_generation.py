@@ -204,9 +204,10 @@ class Answer:
                 await self._merge()
         finally:
             with trio.CancelScope(shield=True):
-                for choice in self.choices:
-                    if choice.entered:
-                        await self._close(choice)
+                async with trio.open_nursery() as nursery:  # every loop told to stop at once, then waited for
+                    for choice in self.choices:
+                        if choice.entered:
+                            nursery.start_soon(self._close, choice)
 
     async def _merge(self) -> None:
         """The choices' events, each handled as it comes (one at a time: the sends stay in order)."""
