@@ -11,6 +11,7 @@ the same fields, with no ``[DONE]``.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import trio
@@ -26,17 +27,26 @@ from ._state import ServerState
 from ._timings import speculation_fields
 from ._work import in_worker, read_body
 
-__all__ = ["NativeAnswer", "completion"]
+__all__ = ["NativeAnswer", "completion", "native_answer"]
 
 
 async def completion(exchange: Exchange, state: ServerState) -> None:
     """``POST /completion``: llama-server's native completion."""
+    model, n_ctx, limits, template = state.pool.model, state.n_ctx, state.limits, state.chat_template
+    await native_answer(exchange, state, lambda data: prepare_body("native", data, model, n_ctx, limits, template))
+
+
+async def native_answer(exchange: Exchange, state: ServerState, prepare: Callable[[bytes], Prepared]) -> None:
+    """Read the body, ``prepare`` it in a worker thread, and answer it in llama-server's native shape.
+
+    Raises:
+        ApiError: as `Answer.run`, or what ``prepare`` raises.
+    """
     arrived_at = trio.current_time()
     if state.stopping.is_set():
         raise shutting_down()
     data = await read_body(exchange, state)
-    prepared = await in_worker(state, prepare_body, "native", data, state.pool.model, state.n_ctx, state.limits,
-                               state.chat_template)
+    prepared = await in_worker(state, prepare, data)
     exchange.stream_end = b""  # llama-server's native stream has no [DONE]
     await NativeAnswer(exchange, prepared, state, arrived_at).run()
 
