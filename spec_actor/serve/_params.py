@@ -85,7 +85,7 @@ class Job:
 
 def parse_completion(body: object, n_vocab: int, grammar_limits: GrammarLimits = GrammarLimits(),
                      max_choices: int = 1) -> Job:
-    """Check the body of ``POST /v1/completions``; a grammar against ``grammar_limits``, ``n`` against ``max_choices``.
+    """Check the body of ``POST /v1/completions``; a grammar against ``grammar_limits``, ``n`` to ``max_choices``.
 
     Raises:
         ApiError: a 400 naming the field to change.
@@ -106,7 +106,7 @@ def parse_completion(body: object, n_vocab: int, grammar_limits: GrammarLimits =
 
 
 def parse_chat(body: object, grammar_limits: GrammarLimits = GrammarLimits(), max_choices: int = 1) -> Job:
-    """Check the body of ``POST /v1/chat/completions``; a grammar against ``grammar_limits``, ``n`` against ``max_choices``.
+    """Check the body of ``POST /v1/chat/completions``; a grammar against ``grammar_limits``, ``n`` to ``max_choices``.
 
     Raises:
         ApiError: a 400 naming the field to change.
