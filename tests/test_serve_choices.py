@@ -13,7 +13,7 @@ import functools
 
 from actor_fixtures import QUESTION, STORY, fresh_greedy
 from greedy_helpers import assert_equal_within_a_near_tie
-from serve_helpers import CTX, error_of, http, openai_client, serving
+from serve_helpers import CTX, error_of, http, metric, metrics, openai_client, serving, sse_data, wait_for
 
 from spec_actor import Session
 from spec_actor._tools import chat_prompt
@@ -119,3 +119,21 @@ async def test_bad_n_is_a_400_naming_n(gemma):
     async with serving(gemma, pool=2, limits=ServeLimits(max_choices=1)) as server, http(server) as client:
         error = error_of(await client.post("/v1/completions", json={"prompt": "hi", "n": 2}), 400)
         assert error["param"] == "n" and "at most 1" in error["message"]
+
+
+async def test_a_hangup_stops_every_choice(gemma):
+    async with serving(gemma, pool=2) as server, http(server) as client:
+        body = {"prompt": STORY, "max_tokens": 400, "temperature": 0, "stream": True, "n": 2}
+        async with client.stream("POST", "/v1/completions", json=body) as response:
+            got = []
+            async for line in response.aiter_lines():
+                got += sse_data([line])
+                if {c["choices"][0]["index"] for c in got} == {0, 1}:
+                    break  # both choices are generating; leaving the block closes the connection
+        await wait_for(lambda: len(server.state.cancellations) == 2)
+        records = list(server.state.cancellations)
+        assert {r.reason for r in records} == {"hangup"}
+        assert not any(a.busy for a in server.pool.actors)
+        assert all(r.tokens_after < 400 for r in records)
+        values = await metrics(client)
+        assert metric(values, "request_success_total", finished_reason="abort") == 1  # one request
