@@ -24,7 +24,7 @@ from ._errors import (
 from ._limits import GrammarLimits
 from ._events import Done, Eog, Error, Event, Stats, Token
 from ._guards import WrongContextError
-from ._model import Model, ModelInfo, default_model_path, load_model
+from ._model import FimTokens, Model, ModelInfo, default_model_path, load_model
 from ._pool import ActorPool, open_pool
 from ._sampling import Sampling
 from ._session import DEFAULT_MEMORY, DEFAULT_PREFIX_CHECKPOINT_BYTES, PrefixCacheUsage, RunResult, Session
@@ -53,6 +53,7 @@ __all__ = [
     "Event",
     "EventDecodeError",
     "EventStream",
+    "FimTokens",
     "GenerationActor",
     "GenerationTimeout",
     "GrammarError",

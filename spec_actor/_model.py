@@ -55,6 +55,29 @@ class ModelInfo:
         return _SELF_CONTAINED_TYPES + mtp
 
 
+@dataclass(frozen=True, slots=True)
+class FimTokens:
+    """The fill-in-the-middle tokens of a model's vocabulary; None where it has none of that kind.
+
+    As llama.cpp finds them: the GGUF's ``tokenizer.ggml.fim_*_token_id``
+    metadata, else tokens with a known text (``<|fim_prefix|>``, ``<PRE>``, ...).
+    """
+
+    prefix: int | None
+    suffix: int | None
+    middle: int | None
+    pad: int | None
+    repo: int | None
+    """Starts a repository's name (``[FIM_REP]myproject``), before the files of the extra context."""
+    separator: int | None
+    """Starts each file of the extra context (``[FIM_SEP]filename``)."""
+
+    @property
+    def missing(self) -> tuple[str, ...]:
+        """The kinds an infill prompt needs (prefix, suffix, middle) that the vocabulary lacks."""
+        return tuple(name for name in ("prefix", "suffix", "middle") if getattr(self, name) is None)
+
+
 @functools.lru_cache(maxsize=1)
 def default_model_path() -> Path:
     """Path of the embedded Gemma 3 270M Q4_K_M GGUF, assembled once per process."""
@@ -93,6 +116,8 @@ class Model:
         self.info = ModelInfo(path=path, mtp_loaded=mtp_loaded, **raw)
         # Read once: immutable, and actors format chats after close() too.
         self._chat_template = _nm.chat_template(handle)
+        self.fim_tokens = FimTokens(*(None if t < 0 else t for t in _nm.fim_tokens(handle)))
+        """The vocabulary's fill-in-the-middle tokens (``POST /infill`` needs prefix, suffix and middle)."""
         self.tokenizer = Tokenizer(self)
 
     @property

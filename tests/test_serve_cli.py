@@ -85,7 +85,10 @@ def test_serve_refuses_limits_out_of_range_before_loading_the_model():
     unknown = cli("serve", "--body-limit", "depth=3")
     negative = cli("serve", "--send-timeout", "0")
     origin = cli("serve", "--cors-origins", "https://app.example,https://b.example/path")
-    assert (deep.returncode, unknown.returncode, negative.returncode, origin.returncode) == (2, 2, 2, 2)
+    choices = cli("serve", "--max-choices", "0")
+    assert (deep.returncode, unknown.returncode, negative.returncode, origin.returncode, choices.returncode) == \
+        (2, 2, 2, 2, 2)
+    assert "--max-choices" in choices.stderr
     assert "max_depth=5000 is invalid" in deep.stderr and "max_number_chars" in unknown.stderr
     assert "--send-timeout" in negative.stderr
     assert "--cors-origins" in origin.stderr and "https://b.example/path" in origin.stderr

@@ -55,6 +55,15 @@ sa_status sa_model_get_info(const sa_model * m, sa_model_info * out) {
     return SA_OK;
 }
 
+sa_status sa_model_fim_tokens(const sa_model * m, int32_t * out) {
+    if (m == nullptr || out == nullptr) return fail(SA_ERR_INVALID_ARG, "sa_model_fim_tokens: null argument");
+    const llama_vocab * vocab = llama_model_get_vocab(m->model);
+    const llama_token ids[] = {llama_vocab_fim_pre(vocab), llama_vocab_fim_suf(vocab), llama_vocab_fim_mid(vocab),
+                               llama_vocab_fim_pad(vocab), llama_vocab_fim_rep(vocab), llama_vocab_fim_sep(vocab)};
+    for (size_t i = 0; i < sizeof ids / sizeof ids[0]; ++i) out[i] = ids[i] == LLAMA_TOKEN_NULL ? -1 : ids[i];
+    return SA_OK;
+}
+
 sa_status sa_model_chat_template(const sa_model * m, char * buf, int32_t cap, int32_t * n_out) {
     if (m == nullptr) return fail(SA_ERR_INVALID_ARG, "sa_model_chat_template: null model");
     const char * tmpl = llama_model_chat_template(m->model, nullptr);

@@ -269,6 +269,11 @@ int32_t sa_rpc_models_on(const char * endpoint);
 sa_status sa_model_rpc_failure(const sa_model * model, char * buf, int32_t cap, int32_t * n_out);
 void sa_model_free(sa_model * model);
 sa_status sa_model_get_info(const sa_model * model, sa_model_info * out);
+/* The vocabulary's fill-in-the-middle tokens, as llama.cpp found them (GGUF
+ * metadata, else known token texts): out[0..5] = prefix, suffix, middle,
+ * pad, repo, file separator (llama_vocab_fim_pre ... _sep order); -1 where
+ * it has none. out must hold 6. */
+sa_status sa_model_fim_tokens(const sa_model * model, int32_t * out);
 /* Chat template text; SA_ERR_BUFFER with *n_out = needed size if cap is too small. */
 sa_status sa_model_chat_template(const sa_model * model, char * buf, int32_t cap, int32_t * n_out);
 sa_status sa_model_meta(const sa_model * model, const char * key, char * buf, int32_t cap, int32_t * n_out);

@@ -87,6 +87,9 @@ def add_limit_options(p: argparse.ArgumentParser) -> None:
                         "reached; 0 for no limit (default: 600)")
     p.add_argument("--shutdown-timeout", type=positive_float, default=10.0, metavar="S",
                    help="on Ctrl-C or SIGTERM, cut connections still open after S seconds (default: 10)")
+    p.add_argument("--max-choices", type=positive_int, default=None, metavar="N",
+                   help="most choices (n) one completion request may ask for, each a sequence of the pool "
+                        "(default and ceiling: --pool)")
     p.add_argument("--grammar-limit", type=_limit_arg(_GRAMMAR_LIMITS), action="append", default=[],
                    metavar="NAME=N", help=f"bound on a request's GBNF grammar, repeatable "
                                           f"({', '.join(f'{k} default {v}' for k, v in _GRAMMAR_LIMITS.items())})")
@@ -136,7 +139,7 @@ def limits_from_options(args: argparse.Namespace) -> ServeLimits:
     try:
         return ServeLimits(send_timeout=args.send_timeout, read_timeout=args.read_timeout,
                            max_request_seconds=args.max_request_seconds or None,
-                           shutdown_timeout=args.shutdown_timeout,
+                           shutdown_timeout=args.shutdown_timeout, max_choices=args.max_choices,
                            grammar=GrammarLimits(**dict(args.grammar_limit)), body=BodyLimits(**dict(args.body_limit)))
     except ConfigError as exc:
         raise CliError(f"argument: {exc.message}", exit_code=2) from None

@@ -49,6 +49,13 @@ def info(handle: ModelHandle) -> dict[str, Any]:
     return result
 
 
+def fim_tokens(handle: ModelHandle) -> tuple[int, ...]:
+    """The vocabulary's fill-in-the-middle tokens: prefix, suffix, middle, pad, repo, separator (-1: none)."""
+    out = ffi.new("int32_t[6]")
+    check(lib.sa_model_fim_tokens(handle, out), "fim tokens")
+    return tuple(out)
+
+
 def chat_template(handle: ModelHandle) -> str:
     """The model's chat template, or '' if it has none."""
     return _string_out(lib.sa_model_chat_template, handle)

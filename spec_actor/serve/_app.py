@@ -20,7 +20,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from . import _completion, _llama, _openai, _ops
+from . import _completion, _infill, _llama, _openai, _ops
 from ._auth import check_key
 from ._cors import cors_middleware
 from .._errors import SpecActorError
@@ -53,6 +53,7 @@ ROUTES: tuple[RouteSpec, ...] = (
     # llama-server's own (its /completions is its native /completion, not OpenAI's)
     RouteSpec("POST", "/completion", _completion.completion),
     RouteSpec("POST", "/completions", _completion.completion),
+    RouteSpec("POST", "/infill", _infill.infill),
     RouteSpec("POST", "/tokenize", _llama.tokenize),
     RouteSpec("POST", "/detokenize", _llama.detokenize),
     RouteSpec("POST", "/apply-template", _llama.apply_template),

@@ -11,13 +11,14 @@ the same fields, with no ``[DONE]``.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import trio
 
 from .._events import Done, Eog, Token
 from ._errors import shutting_down
-from ._generation import Answer
+from ._generation import Answer, Choice
 from ._http import Exchange
 from ._logprobs import native_probabilities
 from ._prepare import Prepared, prepare_body
@@ -26,17 +27,26 @@ from ._state import ServerState
 from ._timings import speculation_fields
 from ._work import in_worker, read_body
 
-__all__ = ["NativeAnswer", "completion"]
+__all__ = ["NativeAnswer", "completion", "native_answer"]
 
 
 async def completion(exchange: Exchange, state: ServerState) -> None:
     """``POST /completion``: llama-server's native completion."""
+    model, n_ctx, limits, template = state.pool.model, state.n_ctx, state.limits, state.chat_template
+    await native_answer(exchange, state, lambda data: prepare_body("native", data, model, n_ctx, limits, template))
+
+
+async def native_answer(exchange: Exchange, state: ServerState, prepare: Callable[[bytes], Prepared]) -> None:
+    """Read the body, ``prepare`` it in a worker thread, and answer it in llama-server's native shape.
+
+    Raises:
+        ApiError: as `Answer.run`, or what ``prepare`` raises.
+    """
     arrived_at = trio.current_time()
     if state.stopping.is_set():
         raise shutting_down()
     data = await read_body(exchange, state)
-    prepared = await in_worker(state, prepare_body, "native", data, state.pool.model, state.n_ctx, state.limits,
-                               state.chat_template)
+    prepared = await in_worker(state, prepare, data)
     exchange.stream_end = b""  # llama-server's native stream has no [DONE]
     await NativeAnswer(exchange, prepared, state, arrived_at).run()
 
@@ -56,10 +66,10 @@ class NativeAnswer(Answer):
         self.has_new_line = False
         """Whether a generated token held a newline."""
 
-    async def _deliver(self, ev: Token) -> None:
+    async def _deliver(self, choice: Choice, ev: Token) -> None:
         self.has_new_line = self.has_new_line or "\n" in ev.text
         if not self.job.stream:
-            self.text.append(ev.text)
+            choice.text.append(ev.text)
             self.ids.append(ev.id)
             if self.native.n_probs:
                 self.probs.append(ev)
@@ -71,13 +81,14 @@ class NativeAnswer(Answer):
         await self.exchange.send_event(chunk)
 
     async def _respond(self) -> None:
+        choice = self.choices[0]  # one per native request
         prompt_tokens, cached_tokens = self._counts()
-        self.state.metrics.finished(self.finish_reason or "stop")
-        stats = self.final_stats or self.events.stats()
+        self.state.metrics.finished(choice.finish_reason or "stop")
+        stats = self._stats()
         tokenizer = self.state.pool.model.tokenizer
         prompt = await in_worker(self.state, lambda: tokenizer.decode(self.prompt_ids, special=True))
         stop = self.job.options.get("stop") or []
-        stop_type = _stop_type(self.end)
+        stop_type = _stop_type(choice.end)
         speculation = speculation_fields(stats, self.tokens)
         speculation["timings"]["cache_n"] = cached_tokens
         settings = generation_settings(self.job.options["sampling"], n_predict=self.native.n_predict,
@@ -85,7 +96,7 @@ class NativeAnswer(Answer):
                                        speculative_type=self.state.pool.actors[0].spec.type)
         answer = {
             "index": 0,
-            "content": "" if self.job.stream else "".join(self.text),
+            "content": "" if self.job.stream else "".join(choice.text),
             "tokens": self.ids if self.native.return_tokens else [],
             "id_slot": -1,
             "stop": True,

@@ -8,6 +8,7 @@ from typing import final
 
 from .._errors import ConfigError
 from .._limits import BodyLimits, GrammarLimits
+from .._validate import check_int
 
 __all__ = ["BodyLimits", "GrammarLimits", "ServeLimits"]
 
@@ -31,9 +32,15 @@ class ServeLimits:
             stops before they are cut (``--shutdown-timeout``).
         body: Nesting and number sizes of a JSON body.
         grammar: Size of a request's GBNF grammar.
+        max_choices: Most choices (``n``) one completion request may ask
+            for; None: the pool's size. Never more than the pool's size,
+            as llama-server bounds ``n`` by its slots: each choice is a
+            sequence of its own, and more would wait behind the others
+            (``--max-choices``; docs/decisions/0103).
 
     Raises:
-        ConfigError: a time is not a positive finite number.
+        ConfigError: a time is not a positive finite number, or
+            ``max_choices`` is not None or a positive int.
     """
 
     send_timeout: float = 30.0
@@ -42,6 +49,7 @@ class ServeLimits:
     shutdown_timeout: float = 10.0
     body: BodyLimits = field(default_factory=BodyLimits)
     grammar: GrammarLimits = field(default_factory=GrammarLimits)
+    max_choices: int | None = None
 
     def __post_init__(self) -> None:
         for name in ("send_timeout", "read_timeout", "max_request_seconds", "shutdown_timeout"):
@@ -53,3 +61,9 @@ class ServeLimits:
             object.__setattr__(self, name, float(value))
         if not isinstance(self.body, BodyLimits) or not isinstance(self.grammar, GrammarLimits):
             raise ConfigError("body and grammar must be a BodyLimits and a GrammarLimits")
+        if self.max_choices is not None:
+            check_int("max_choices", self.max_choices, 1, hint="or None for the pool's size")
+
+    def choice_limit(self, pool_size: int) -> int:
+        """The most choices one request may ask for on a pool of ``pool_size`` sequences."""
+        return pool_size if self.max_choices is None else min(self.max_choices, pool_size)

@@ -32,7 +32,7 @@ async def _generate(exchange: Exchange, state: ServerState, kind: Literal["compl
         raise shutting_down()
     data = await read_body(exchange, state)
     prepared = await in_worker(state, prepare_body, kind, data, state.pool.model, state.n_ctx, state.limits,
-                               state.chat_template)
+                               state.chat_template, state.max_choices)
     await answer(exchange, prepared, state, arrived_at)
 
 

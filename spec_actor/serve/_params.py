@@ -3,8 +3,9 @@
 Fields follow OpenAI's API as its clients send them. Fields this server does
 not know are ignored, as other OpenAI-compatible servers ignore them; known
 fields of the wrong type, out of range, or asking for a feature this server
-does not have (``n > 1``, ``logit_bias``) are a 400 that names the
-field. ``top_k``, ``min_p``, ``repeat_penalty``, ``repeat_last_n``,
+does not have (``logit_bias``) are a 400 that names the field. ``n``
+asks for several choices, at most the server's `choice_limit` (each a
+sequence of the pool). ``top_k``, ``min_p``, ``repeat_penalty``, ``repeat_last_n``,
 ``grammar`` (GBNF) and ``json_schema`` are accepted as extensions, by
 llama.cpp's ``llama-server`` names; ``response_format`` (JSON object or
 schema) becomes a grammar (see `_structured`). llama-server's native
@@ -78,16 +79,19 @@ class Job:
     """Request options of ``stream_events`` (``sampling``, ``stop``), max_tokens aside."""
     native: NativeFields | None = None
     """A native completion's fields that shape its answer; None for the OpenAI endpoints."""
+    n: int = 1
+    """Choices to generate, each a sequence of the pool (``n``)."""
 
 
-def parse_completion(body: object, n_vocab: int, grammar_limits: GrammarLimits = GrammarLimits()) -> Job:
-    """Check the body of ``POST /v1/completions``; a grammar against ``grammar_limits``.
+def parse_completion(body: object, n_vocab: int, grammar_limits: GrammarLimits = GrammarLimits(),
+                     max_choices: int = 1) -> Job:
+    """Check the body of ``POST /v1/completions``; a grammar against ``grammar_limits``, ``n`` to ``max_choices``.
 
     Raises:
         ApiError: a 400 naming the field to change.
     """
     body = json_object(body)
-    _refuseunsupported(body)
+    n = _choices(body, max_choices)
     if get_field(body, "echo", bool, default=False):
         raise unsupported("echo", "echo=true")
     if get_field(body, "suffix", str, default=""):
@@ -98,33 +102,38 @@ def parse_completion(body: object, n_vocab: int, grammar_limits: GrammarLimits =
     prompt = _prompt(body.get("prompt"), n_vocab)
     max_tokens = _max_tokens(body, ("max_tokens",), COMPLETION_MAX_TOKENS)
     options = request_options(body, grammar_limits) | {"logprobs": completion_logprobs_option(body)}
-    return Job("completion", *stream_fields(body), max_tokens=max_tokens, prompt=prompt, options=options)
+    return Job("completion", *stream_fields(body), max_tokens=max_tokens, prompt=prompt, options=options, n=n)
 
 
-def parse_chat(body: object, grammar_limits: GrammarLimits = GrammarLimits()) -> Job:
-    """Check the body of ``POST /v1/chat/completions``; a grammar against ``grammar_limits``.
+def parse_chat(body: object, grammar_limits: GrammarLimits = GrammarLimits(), max_choices: int = 1) -> Job:
+    """Check the body of ``POST /v1/chat/completions``; a grammar against ``grammar_limits``, ``n`` to ``max_choices``.
 
     Raises:
         ApiError: a 400 naming the field to change.
     """
     body = json_object(body)
-    _refuseunsupported(body)
+    n = _choices(body, max_choices)
     messages = _messages(body.get("messages"))
     max_tokens = _max_tokens(body, ("max_completion_tokens", "max_tokens"), None)
     options = request_options(body, grammar_limits) | {"logprobs": chat_logprobs_option(body)} | tool_options(body)
-    return Job("chat", *stream_fields(body), max_tokens=max_tokens, messages=messages, options=options)
+    return Job("chat", *stream_fields(body), max_tokens=max_tokens, messages=messages, options=options, n=n)
 
 
 # -- fields -------------------------------------------------------------------------------
 
-def _refuseunsupported(body: dict[str, Any]) -> None:
+def _choices(body: dict[str, Any], max_choices: int) -> int:
+    """``n``, checked against ``max_choices``; also refuses the fields this server does not have."""
     n = get_field(body, "n", int, default=1)
-    if n != 1:
-        raise unsupported("n", f"n={n} (one choice per request; send several requests)")
+    if n < 1:
+        raise bad_request(f"n={n} is invalid: ask for at least 1 choice", param="n")
+    if n > max_choices:
+        raise bad_request(f"n={n} is more choices than this server runs at once; ask for at most {max_choices} "
+                          "(the pool's size, --pool, or --max-choices)", param="n")
     if get_field(body, "logit_bias", dict, default=None):
         raise unsupported("logit_bias", "logit_bias")
     get_field(body, "model", str, default=None)
     get_field(body, "user", str, default=None)
+    return n
 
 
 def unsupported(param: str, what: str) -> ApiError:

@@ -39,8 +39,10 @@ class Prepared:
 
 
 def prepare_body(kind: Kind, data: bytes, model: Model, n_ctx: int,
-                 limits: ServeLimits, chat_template: str | None = None) -> Prepared:
+                 limits: ServeLimits, chat_template: str | None = None, max_choices: int = 1) -> Prepared:
     """Check and tokenize the body ``data`` of a ``kind`` request (thread-safe, bounded by ``limits``).
+
+    ``max_choices`` bounds an OpenAI request's ``n`` (`ServerState.max_choices`).
 
     Raises:
         ApiError: a 400 naming the field or the limit; a prompt of ``n_ctx``
@@ -48,11 +50,11 @@ def prepare_body(kind: Kind, data: bytes, model: Model, n_ctx: int,
     """
     body = parse_body(data, limits.body)
     if kind == "chat":
-        job = parse_chat(body, limits.grammar)
+        job = parse_chat(body, limits.grammar, max_choices)
     elif kind == "native":
         job = parse_native(body, model.info.n_vocab, limits.grammar)
     else:
-        job = parse_completion(body, model.info.n_vocab, limits.grammar)
+        job = parse_completion(body, model.info.n_vocab, limits.grammar, max_choices)
     prompt_param = "messages" if job.kind == "chat" else "prompt"  # a chat's prompt is its messages
     with _as_api_error(prompt_param):
         tokens, options, rendered = _tokens(job, model, chat_template)

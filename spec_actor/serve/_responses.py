@@ -36,37 +36,39 @@ class Reply:
         self.created = int(time.time())
         self.model = model
 
-    def whole(self, text: str, finish_reason: str, prompt_tokens: int, completion_tokens: int,
-              cached_tokens: int = 0) -> dict[str, Any]:
-        """The response of a request with ``stream`` false."""
+    def choice(self, index: int, text: str, finish_reason: str) -> dict[str, Any]:
+        """Choice ``index`` of a whole response (``stream`` false)."""
         if self.kind == "chat":
-            choice = {"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": None,
-                      "finish_reason": finish_reason}
-        else:
-            choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason}
-        return self._object(False, [choice]) | {"usage": usage(prompt_tokens, completion_tokens, cached_tokens)}
+            return {"index": index, "message": {"role": "assistant", "content": text}, "logprobs": None,
+                    "finish_reason": finish_reason}
+        return {"index": index, "text": text, "logprobs": None, "finish_reason": finish_reason}
 
-    def opening(self) -> dict[str, Any] | None:
-        """The first chunk of a stream, before any text: a chat's assistant role; none for completions."""
+    def whole(self, choices: list[dict[str, Any]], prompt_tokens: int, completion_tokens: int,
+              cached_tokens: int = 0) -> dict[str, Any]:
+        """The response of a request with ``stream`` false: its `choice` objects, and the usage of all."""
+        return self._object(False, choices) | {"usage": usage(prompt_tokens, completion_tokens, cached_tokens)}
+
+    def opening(self, index: int = 0) -> dict[str, Any] | None:
+        """The first chunk of choice ``index``'s stream, before any text: a chat's assistant role; none for completions."""
         if self.kind != "chat":
             return None
-        return self._object(True, [self._choice({"role": "assistant", "content": ""}, None)])
+        return self._object(True, [self._choice(index, {"role": "assistant", "content": ""}, None)])
 
-    def piece(self, text: str) -> dict[str, Any]:
-        """The chunk that carries a piece of generated text."""
-        return self._object(True, [self._choice({"content": text} if self.kind == "chat" else text, None)])
+    def piece(self, text: str, index: int = 0) -> dict[str, Any]:
+        """The chunk that carries a piece of choice ``index``'s generated text."""
+        return self._object(True, [self._choice(index, {"content": text} if self.kind == "chat" else text, None)])
 
-    def closing(self, finish_reason: str) -> dict[str, Any]:
-        """The chunk that ends the choice, with its finish reason."""
-        return self._object(True, [self._choice({} if self.kind == "chat" else "", finish_reason)])
+    def closing(self, finish_reason: str, index: int = 0) -> dict[str, Any]:
+        """The chunk that ends choice ``index``, with its finish reason."""
+        return self._object(True, [self._choice(index, {} if self.kind == "chat" else "", finish_reason)])
 
     def usage_chunk(self, prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0) -> dict[str, Any]:
         """The last chunk when ``stream_options.include_usage`` is set: no choices, the usage."""
         return self._object(True, []) | {"usage": usage(prompt_tokens, completion_tokens, cached_tokens)}
 
-    def _choice(self, content: dict[str, str] | str, finish_reason: str | None) -> dict[str, Any]:
+    def _choice(self, index: int, content: dict[str, str] | str, finish_reason: str | None) -> dict[str, Any]:
         key = "delta" if self.kind == "chat" else "text"
-        return {"index": 0, key: content, "logprobs": None, "finish_reason": finish_reason}
+        return {"index": index, key: content, "logprobs": None, "finish_reason": finish_reason}
 
     def _object(self, chunk: bool, choices: list[dict[str, Any]]) -> dict[str, Any]:
         if self.kind == "chat":

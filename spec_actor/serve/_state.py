@@ -76,3 +76,8 @@ class ServerState:
     def n_ctx(self) -> int:
         """The context of each sequence of the pool, in tokens; a prompt must be shorter."""
         return self.pool.actors[0].n_ctx
+
+    @property
+    def max_choices(self) -> int:
+        """The most choices (``n``) one request may ask for (`ServeLimits.choice_limit`)."""
+        return self.limits.choice_limit(self.pool.size)

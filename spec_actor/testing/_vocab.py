@@ -4,7 +4,9 @@ Token ids 0..4 are control tokens (BOS, EOS, PAD, UNK, MASK), then the 256
 byte tokens, then a few dozen merges so that ASCII prompts tokenize into
 multi-byte tokens. The "reversed" variant lists the byte tokens in reverse
 order: same size, type and special tokens, different texts (an incompatible
-draft).
+draft). The "fim" variant appends six fill-in-the-middle control tokens
+(`FIM_TOKENS`), whose ids `fim_kv` writes into the metadata: their texts are
+none that llama.cpp would recognise by itself, so only the metadata names them.
 """
 
 from __future__ import annotations
@@ -20,6 +22,9 @@ EOS_ID = 1
 PAD_ID = 2
 MASK_ID = 4
 _SPECIALS = ("<s>", "</s>", "<pad>", "<unk>", "<mask>")  # ids 0..4: all CONTROL
+FIM_TOKENS = {"pre": "<FILL_PRE>", "suf": "<FILL_SUF>", "mid": "<FILL_MID>", "pad": "<FILL_PAD>",
+              "rep": "<FILL_REPO>", "sep": "<FILL_FILE>"}
+"""The "fim" variant's tokens by the metadata's kind (``tokenizer.ggml.fim_<kind>_token_id``), in id order."""
 
 # token types (llama_token_type)
 _TT_NORMAL = 1
@@ -69,7 +74,7 @@ def build_vocab(variant: str = "default") -> Vocab:
     byte_order = list(range(256))
     if variant == "reversed":
         byte_order.reverse()
-    elif variant != "default":
+    elif variant not in ("default", "fim"):
         raise ValueError(f"unknown vocab variant {variant!r}")
     tokens: list[str] = list(_SPECIALS)
     types: list[int] = [_TT_CONTROL] * len(_SPECIALS)
@@ -88,12 +93,21 @@ def build_vocab(variant: str = "default") -> Vocab:
         types.append(_TT_NORMAL)
         printable.append(True)
         known.add(tok)
+    if variant == "fim":  # after the merges: every other id stays the default vocabulary's
+        tokens.extend(FIM_TOKENS.values())
+        types.extend([_TT_CONTROL] * len(FIM_TOKENS))
+        printable.extend([False] * len(FIM_TOKENS))
     return Vocab(tuple(tokens), tuple(types), MERGES, np.array(printable))
 
 
 def vocab_tokens(variant: str = "default") -> tuple[str, ...]:
     """The token texts every tiny model carries (``"reversed"``: the incompatible one)."""
     return build_vocab(variant).tokens
+
+
+def fim_kv(vocab: Vocab, kinds: tuple[str, ...] = tuple(FIM_TOKENS)) -> dict[str, GGUFValue]:
+    """``tokenizer.ggml.fim_<kind>_token_id`` of the "fim" vocabulary's tokens of ``kinds``."""
+    return {f"tokenizer.ggml.fim_{kind}_token_id": u32(vocab.tokens.index(FIM_TOKENS[kind])) for kind in kinds}
 
 
 def tokenizer_kv(vocab: Vocab) -> dict[str, GGUFValue]:

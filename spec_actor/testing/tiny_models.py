@@ -39,6 +39,11 @@ What is written, and how llama.cpp loads it:
     identical vocabulary, so ``common_speculative_are_compatible`` accepts
     them (draft-simple).
 
+``write_fim_model(path, kinds)``
+    The draft's 1-block ``llama`` with six fill-in-the-middle control tokens
+    appended to its vocabulary, named by ``tokenizer.ggml.fim_*_token_id``
+    metadata for ``kinds`` (``POST /infill``).
+
 ``write_incompatible_draft(path, like=target)``
     A ``llama`` draft whose vocabulary has the same size, type and special
     tokens but different token texts from id 5 on (byte tokens in reverse
@@ -70,21 +75,23 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
-from ._gguf import (GGUFFile, GGUFTensorInfo, GGUFValueType, array, boolean, f32, read_gguf, string, u32,
-                    write_gguf)
+from ._gguf import (GGUFFile, GGUFTensorInfo, GGUFValue, GGUFValueType, array, boolean, f32, read_gguf, string,
+                    u32, write_gguf)
 from ._dflash import DFLASH_TARGET_LAYERS, write_dflash_drafter
 from ._hybrid import HYBRID_ARCH, HYBRID_DIMS, QWEN35_SSM, TINY_SSM, SsmDims, write_hybrid_mtp_model
-from ._vocab import BOS_ID, EOS_ID, PAD_ID, Vocab, build_vocab, tokenizer_kv, vocab_tokens
+from ._vocab import BOS_ID, EOS_ID, FIM_TOKENS, PAD_ID, Vocab, build_vocab, fim_kv, tokenizer_kv, vocab_tokens
 from ._weights import MTP_BLOCK_GAIN, SEED, Dims, Rng, attention, base_embeddings, common_kv, ffn, nextn_input, ones
 
 __all__ = [
     "BOS_ID",
     "EOS_ID",
     "PAD_ID",
+    "FIM_TOKENS",
     "GGUFFile",
     "GGUFTensorInfo",
     "MTP_ARCH",
@@ -101,6 +108,7 @@ __all__ = [
     "TINY_SSM",
     "QWEN35_SSM",
     "write_chat_model",
+    "write_fim_model",
     "write_draft_pair",
     "write_incompatible_draft",
     "write_eagle3_drafter",
@@ -127,7 +135,8 @@ def _llama_gains(n_layer: int) -> list[float]:
     return [_FIRST_GAIN] + [_LATER_GAIN] * (n_layer - 1)
 
 
-def _write_llama(path: Path, name: str, d: Dims, vocab: Vocab, chat_template: str | None = None) -> Path:
+def _write_llama(path: Path, name: str, d: Dims, vocab: Vocab, chat_template: str | None = None,
+                 extra_kv: dict[str, GGUFValue] | None = None) -> Path:
     emb, out = base_embeddings(vocab, SEED)
     rng = Rng(_LLAMASEED)
     t: dict[str, np.ndarray] = {
@@ -146,6 +155,7 @@ def _write_llama(path: Path, name: str, d: Dims, vocab: Vocab, chat_template: st
     kv.update(tokenizer_kv(vocab))
     if chat_template is not None:
         kv["tokenizer.chat_template"] = string(chat_template)
+    kv.update(extra_kv or {})
     return write_gguf(path, kv, t)
 
 
@@ -170,6 +180,22 @@ def write_chat_model(path: str | os.PathLike[str], chat_template: str) -> Path:
     For tests of chat rendering with a real family's template: its weights are random.
     """
     return _write_llama(Path(path), "tiny-chat", DRAFT_DIMS, build_vocab(), chat_template)
+
+
+def write_fim_model(path: str | os.PathLike[str], kinds: Sequence[str] = tuple(FIM_TOKENS)) -> Path:
+    """Write the 1-block llama of the draft pair with fill-in-the-middle tokens (``POST /infill``).
+
+    Its vocabulary is the default one plus six control tokens after it
+    (`FIM_TOKENS`); the metadata names those of ``kinds`` (``"pre"``,
+    ``"suf"``, ``"mid"``, ``"pad"``, ``"rep"``, ``"sep"``) as
+    ``tokenizer.ggml.fim_<kind>_token_id``, so a model without ``"rep"`` and
+    ``"sep"``, or without ``"mid"``, can be written too. Its weights are random.
+    """
+    unknown = set(kinds) - set(FIM_TOKENS)
+    if unknown:
+        raise ValueError(f"unknown FIM token kinds {sorted(unknown)}; use {', '.join(FIM_TOKENS)}")
+    vocab = build_vocab("fim")
+    return _write_llama(Path(path), "tiny-fim", DRAFT_DIMS, vocab, extra_kv=fim_kv(vocab, tuple(kinds)))
 
 
 def write_incompatible_draft(path: str | os.PathLike[str], like: str | os.PathLike[str] | None = None) -> Path:
