@@ -4,11 +4,13 @@ A message runs on the chat completions' path: its text equals the chat
 completion of the same conversation (greedy, no prefix cache, so both run as
 on a fresh actor: decision 0031), a stream's text equals the whole message's,
 and ``count_tokens`` equals the prompt written out by hand in Gemma's format
-and tokenized by the model's tokenizer. Tool use runs with Llama 3.2's
-template (as tests/test_tools.py does): the call's input validates against
-its schema, and the ``tool_result`` turn renders as the chat completion's
-``tool`` message. Bad input is a 4xx in Anthropic's error shape that names
-the field.
+and tokenized by the model's tokenizer. Tool use runs with Llama 3.2's and
+Qwen 2.5's templates (as tests/test_tools.py does): the call's input
+validates against its schema, the ``tool_result`` turn renders as the chat
+completion's ``tool`` message, and a reply of text then a call is a text
+block then a ``tool_use`` block, equal to the chat completion's. Bad input,
+and any random body, is a 400 in Anthropic's error shape that names the
+field.
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from serve_helpers import http, openai_client, serving
-from test_tools import FAMILIES, _template
+from test_tools import FAMILIES, FEW_SHOT, _template
+from test_tools import TOOLS as CHAT_TOOLS
 
 from spec_actor.serve import ApiError, BodyLimits, ServeLimits
 from spec_actor.serve._anthropic import count_message_tokens, error_body, prepare_messages
@@ -176,6 +179,39 @@ async def test_tool_use_round_trip(gemma):
     assert answered.usage.input_tokens == counted.input_tokens and answered.usage.output_tokens > 0
     assert answered.stop_reason in ("end_turn", "max_tokens", "tool_use")
 
+
+# tests/test_tools.py's FEW_SHOT, written as Anthropic's blocks: two calls and their results
+FEW_SHOT_BLOCKS = [
+    {"role": "user", "content": "Weather in Paris?"},
+    {"role": "assistant", "content": [{"type": "tool_use", "id": "abc123def", "name": "get_weather",
+                                       "input": {"city": "Paris"}}]},
+    {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "abc123def", "content": "sunny"}]},
+    {"role": "assistant", "content": "It is sunny."},
+    {"role": "user", "content": "Add 1 and 2."},
+    {"role": "assistant", "content": [{"type": "tool_use", "id": "fed321cba", "name": "add",
+                                       "input": {"a": 1, "b": 2}}]},
+    {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "fed321cba", "content": "3"}]},
+    {"role": "assistant", "content": [{"type": "text", "text": "It is 3."}]}]
+
+
+async def test_text_then_a_call_is_a_text_block_then_a_tool_use_block_as_the_chat_completions(gemma):
+    tools = [{"name": t["function"]["name"], "description": t["function"]["description"],
+              "input_schema": t["function"]["parameters"]} for t in CHAT_TOOLS]
+    ask = {"role": "user", "content": "Add 2 and 40."}
+    body = {"model": "m", "max_tokens": 160, "tools": tools, "messages": FEW_SHOT_BLOCKS + [ask]}
+    async with serving(gemma, n_ctx=2048, chat_template=_template(FAMILIES["qwen2.5"]), prefix_cache=False) as server:
+        whole = await client(server).messages.create(**body)
+        events = await events_of(await client(server).messages.create(**body, stream=True))
+        chat = await openai_client(server).chat.completions.create(
+            model="m", max_tokens=160, tools=CHAT_TOOLS, messages=FEW_SHOT + [ask])
+    message, (chat_call,) = chat.choices[0].message, chat.choices[0].message.tool_calls
+    assert [b.type for b in whole.content] == ["text", "tool_use"] and whole.stop_reason == "tool_use"
+    text, call = whole.content
+    assert text.text == message.content
+    assert (call.name, call.input) == (chat_call.function.name, json.loads(chat_call.function.arguments))
+    streamed_text, calls, delta = streamed(events)
+    assert streamed_text == text.text and [(c["name"], c["input"]) for c in calls] == [(call.name, call.input)]
+    assert delta.delta.stop_reason == "tool_use" and delta.usage.output_tokens == whole.usage.output_tokens
 
 async def test_x_api_key_guards_the_routes(gemma):
     body = {"model": "m", "max_tokens": 1, "messages": [{"role": "user", "content": "hi"}]}
