@@ -73,6 +73,8 @@ class Done:
     reason: Literal["max_tokens", "stop", "deadline"] = "max_tokens"
     """``"max_tokens"``: the token budget was reached; ``"stop"``: a stop condition matched;
     ``"deadline"``: the request's ``deadline`` passed."""
+    stop: str = ""
+    """The stop string that matched (``reason="stop"``); "" otherwise."""
 
     def __post_init__(self) -> None:
         if self.reason not in ("max_tokens", "stop", "deadline"):

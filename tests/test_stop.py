@@ -42,8 +42,18 @@ def test_possible_prefix_is_held_then_released():
 
 
 def test_earliest_of_several_stop_strings_wins():
-    out, matched = run(["cd", "b"], ["abcd"])
-    assert matched and out == [Token(0, "a")]
+    matcher = StopMatcher(("cd", "b", "bc"))
+    released, matched = matcher.push(Token(0, "abcd"))
+    assert matched and released == [Token(0, "a")]
+    assert matcher.matched == "b"  # the one that starts first; at a tie, the first listed
+
+
+def test_matched_names_the_stop_string_only_once_found():
+    matcher = StopMatcher(("User:", "END"))
+    matcher.push(Token(0, "a Us"))
+    assert matcher.matched == ""
+    _, matched = matcher.push(Token(1, "er: b"))
+    assert matched and matcher.matched == "User:"
 
 
 def test_empty_pieces_pass_through():

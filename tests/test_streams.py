@@ -17,14 +17,14 @@ async def test_stop_string_ends_the_output_before_it(gemma):
         expected = full[: full.index(stop)]
         async with actor.stream_events(STORY, max_tokens=40, stop=[stop, "never appears"]) as events:
             evs = [ev async for ev in events]
-        assert isinstance(evs[-1], Done) and evs[-1].reason == "stop"
+        assert isinstance(evs[-1], Done) and (evs[-1].reason, evs[-1].stop) == ("stop", stop)
         assert "".join(ev.text for ev in evs if type(ev) is Token) == expected
         assert [ev for ev in evs if isinstance(ev, (Done, Error))] == [evs[-1]]
         assert await actor.generate(STORY, max_tokens=40, stop=stop) == expected
         # the run was cancelled: fewer tokens than the budget, and the actor idles
         assert events.stats().tokens_emitted < 40 and not actor.busy
         unmatched = [ev async for ev in actor.stream_events(STORY, max_tokens=40, stop="never appears")]
-        assert unmatched[-1].reason == "max_tokens"
+        assert (unmatched[-1].reason, unmatched[-1].stop) == ("max_tokens", "")
         assert "".join(ev.text for ev in unmatched if type(ev) is Token) == full
 
 

@@ -4,7 +4,8 @@
 ``POST /v1/chat/completions`` (streamed as server-sent events or whole),
 ``GET /v1/models``, ``GET /health`` and ``GET /metrics`` (Prometheus), and
 llama-server's own routes (``/completion``, ``/tokenize``, ``/props``,
-``/slots``, ...: docs/server-compatibility.md). It runs Starlette's router
+``/slots``, ...: docs/server-compatibility.md), and Anthropic's
+``POST /v1/messages`` on the chat completions' path. It runs Starlette's router
 on hypercorn's trio worker; a client that hangs up cancels its
 generation, prompt prefill included; `ServeLimits` bounds what one client
 may take (docs/serving.md, "Serving safely"). Needs the ``serve`` extra

@@ -20,7 +20,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from . import _completion, _infill, _llama, _openai, _ops
+from . import _anthropic, _completion, _infill, _llama, _openai, _ops
 from ._auth import check_key
 from ._cors import cors_middleware
 from .._errors import SpecActorError
@@ -41,6 +41,8 @@ class RouteSpec:
     path: str
     handler: Handler
     needs_key: bool = True
+    setup: Callable[[Exchange], None] | None = None
+    """Adapts the exchange to the route's API before anything is sent (Anthropic's error shape); None: OpenAI's."""
 
 
 ROUTES: tuple[RouteSpec, ...] = (
@@ -50,6 +52,9 @@ ROUTES: tuple[RouteSpec, ...] = (
     RouteSpec("POST", "/chat/completions", _openai.chat),
     RouteSpec("GET", "/v1/models", _openai.models),
     RouteSpec("GET", "/models", _openai.models),
+    # Anthropic's Messages API, on the chat completions' path
+    RouteSpec("POST", "/v1/messages", _anthropic.messages, setup=_anthropic.speak_anthropic),
+    RouteSpec("POST", "/v1/messages/count_tokens", _anthropic.count_tokens, setup=_anthropic.speak_anthropic),
     # llama-server's own (its /completions is its native /completion, not OpenAI's)
     RouteSpec("POST", "/completion", _completion.completion),
     RouteSpec("POST", "/completions", _completion.completion),
@@ -112,7 +117,7 @@ def _routes_of(app: Starlette) -> list[tuple[str, str]]:
 
 
 class _Endpoint:
-    """A route's ASGI app: the API key, then the handler on an `Exchange`.
+    """A route's ASGI app: the route's setup, the API key, then the handler on an `Exchange`.
 
     The handler's `ApiError` (or the library's error) becomes the response,
     or a stream's last event when the response has started.
@@ -124,6 +129,8 @@ class _Endpoint:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         exchange = Exchange(scope, receive, send)
+        if self.route.setup is not None:
+            self.route.setup(exchange)
         try:
             if self.route.needs_key:
                 check_key(exchange, self.state.api_key)

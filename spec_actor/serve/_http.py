@@ -37,7 +37,7 @@ class Exchange:
     """
 
     __slots__ = ("scope", "_receive", "_send", "started", "streaming", "complete", "hung_up", "hung_up_at",
-                 "sending_since", "_send_began", "stream_end")
+                 "sending_since", "_send_began", "stream_end", "error_body", "error_event")
 
     def __init__(self, scope: Scope, receive: Receive, send: Send) -> None:
         self.scope = scope
@@ -58,6 +58,10 @@ class Exchange:
         self._send_began = trio.Event()
         self.stream_end = b"data: [DONE]\n\n"
         """What `end_events` sends last: OpenAI's ``[DONE]`` event, or b"" (llama-server's native streams)."""
+        self.error_body: Callable[[ApiError], dict[str, Any]] = ApiError.body
+        """The JSON body of an error: OpenAI's shape, or the route's API's (Anthropic's)."""
+        self.error_event: str | None = None
+        """The event name of an error in a stream (Anthropic's ``error``); None: a bare ``data:`` event."""
 
     # -- request ----------------------------------------------------------------------
 
@@ -154,7 +158,7 @@ class Exchange:
         await self.send_bytes(status, data, _JSON + (headers or []))
 
     async def send_error(self, error: ApiError) -> None:
-        """Send an error in OpenAI's shape; in a started event stream, as an event that ends it.
+        """Send an error in `error_body`'s shape; in a started event stream, as an event that ends it.
 
         Nothing is sent once the response is complete, or half of a whole
         response is out (nothing valid can follow).
@@ -162,11 +166,11 @@ class Exchange:
         if self.complete:
             return
         if self.streaming:
-            await self.send_event(error.body())
+            await self.send_event(self.error_body(error), self.error_event)
             await self.end_events()
         elif not self.started:
             headers = [(b"www-authenticate", b"Bearer")] if error.status == 401 else None
-            await self.send_json(error.status, error.body(), headers)
+            await self.send_json(error.status, self.error_body(error), headers)
 
     async def send_bytes(self, status: int, data: bytes, headers: list[tuple[bytes, bytes]]) -> None:
         """Send a whole response with the given body and headers."""
@@ -180,10 +184,12 @@ class Exchange:
         self.started = self.streaming = True
         await self._out({"type": "http.response.start", "status": 200, "headers": _SSE})
 
-    async def send_event(self, data: object) -> None:
-        """Send one ``data: <json>`` event."""
+    async def send_event(self, data: object, name: str | None = None) -> None:
+        """Send one ``data: <json>`` event; with ``name``, an ``event: <name>`` line before it (Anthropic's)."""
         payload = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
-        await self._out({"type": "http.response.body", "body": f"data: {payload}\n\n".encode(), "more_body": True})
+        event = f"event: {name}\n" if name is not None else ""
+        await self._out({"type": "http.response.body", "body": f"{event}data: {payload}\n\n".encode(),
+                         "more_body": True})
 
     async def end_events(self) -> None:
         """Send `stream_end` (``data: [DONE]``) and end the stream."""

@@ -188,7 +188,7 @@ class EventStream:
         if self._take(batch) and self._stop is not None:
             await self._stop_run()
             # The run went on past the stop string: count only what was delivered.
-            self._end(Done(req.count_delivered(self._stop.released), reason="stop"))
+            self._end(Done(req.count_delivered(self._stop.released), reason="stop", stop=self._stop.matched))
 
     def _take(self, batch: list[Event]) -> bool:
         """Move a batch's events to _ready; return True when a stop string matched."""

@@ -19,7 +19,7 @@ class StopMatcher:
     dropped.
     """
 
-    __slots__ = ("_stops", "_held", "_text", "released")
+    __slots__ = ("_stops", "_held", "_text", "released", "matched")
 
     def __init__(self, stops: tuple[str, ...]) -> None:
         self._stops = stops
@@ -27,14 +27,17 @@ class StopMatcher:
         self._text = ""  # the joined text of the held tokens
         self.released = 0
         """Tokens released so far (a cut one included)."""
+        self.matched = ""
+        """The stop string found ("" until one is): the one that starts first, the first listed at a tie."""
 
     def push(self, token: Token) -> tuple[list[Token], bool]:
         """Add a token; return the tokens safe to release and whether a stop string matched."""
         self._held.append(token)
         self._text += token.text
-        found = [i for i in (self._text.find(s) for s in self._stops) if i >= 0]
+        found = [(i, stop) for stop in self._stops if (i := self._text.find(stop)) >= 0]
         if found:
-            out = self._cut(min(found))
+            index, self.matched = min(found, key=lambda f: f[0])
+            out = self._cut(index)
             self.released += len(out)
             return out, True
         keep = self._partial_len()
