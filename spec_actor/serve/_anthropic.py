@@ -24,7 +24,7 @@ from .._tools import ChatReply, ReplyDelta, ToolCall, new_call_id, parse_reply
 from ._anthropic_request import parse_messages
 from ._body import parse_body
 from ._errors import ApiError, shutting_down
-from ._generation import Answer
+from ._generation import Answer, Choice
 from ._http import Exchange
 from ._limits import ServeLimits
 from ._params import Job
@@ -113,18 +113,19 @@ class MessagesAnswer(Answer):
         await self.exchange.send_event({"type": "message_start", "message": self._message([], None, None)},
                                        "message_start")
 
-    async def _deliver(self, ev: Token) -> None:
+    async def _deliver(self, choice: Choice, ev: Token) -> None:
         if not ev.text:
             return
-        self.text.append(ev.text)
-        if self.differ is not None:  # a reply that may hold calls: what its parse gained
-            for delta in self.differ.update("".join(self.text), partial=True):
+        choice.text.append(ev.text)
+        if choice.differ is not None:  # a reply that may hold calls: what its parse gained
+            for delta in choice.differ.update("".join(choice.text), partial=True):
                 await self.blocks.send(delta)
         elif self.job.stream:
             await self.blocks.send(ReplyDelta(content=ev.text))
 
     async def _respond(self) -> None:
-        text = "".join(self.text)
+        choice = self.choices[0]  # one per message
+        text = "".join(choice.text)
         if not self.job.stream:
             reply = ChatReply(text)
             if self.rendered is not None and self.rendered.tools:  # a reply that may hold calls
@@ -136,11 +137,11 @@ class MessagesAnswer(Answer):
             return
         if not self.exchange.started:  # not a single token (an immediate end of generation)
             await self._open_stream()
-        if self.differ is not None:  # the whole reply's parse: what it adds to the stream
-            for delta in self.differ.update(text, partial=False):
+        if choice.differ is not None:  # the whole reply's parse: what it adds to the stream
+            for delta in choice.differ.update(text, partial=False):
                 await self.blocks.send(delta)
         await self.blocks.close()
-        stop_reason, stop_sequence = self._finish(bool(self.differ and self.differ.calls))
+        stop_reason, stop_sequence = self._finish(bool(choice.differ and choice.differ.calls))
         await self.exchange.send_event({"type": "message_delta",
                                         "delta": {"stop_reason": stop_reason, "stop_sequence": stop_sequence},
                                         "usage": self._usage()} | self._speculation(), "message_delta")
@@ -149,7 +150,7 @@ class MessagesAnswer(Answer):
 
     def _finish(self, calls: bool) -> tuple[str, str | None]:
         """(``stop_reason``, ``stop_sequence``), and the request counted as finished in the metrics."""
-        end = self.end
+        end = self.choices[0].end
         if calls:
             reason, sequence = "tool_use", None
         elif type(end) is Done and end.reason == "stop" and end.stop in (self.job.options.get("stop") or ()):
@@ -175,7 +176,7 @@ class MessagesAnswer(Answer):
 
     def _speculation(self) -> dict[str, Any]:
         """llama-server's ``timings`` and vLLM's ``speculative_decoding``, as the chat completions carry them."""
-        return speculation_fields(self.final_stats or self.events.stats(), self.tokens)
+        return speculation_fields(self._stats(), self.tokens)
 
 
 def _tool_use(call: ToolCall) -> dict[str, Any]:
