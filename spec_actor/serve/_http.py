@@ -37,7 +37,7 @@ class Exchange:
     """
 
     __slots__ = ("scope", "_receive", "_send", "started", "streaming", "complete", "hung_up", "hung_up_at",
-                 "sending_since", "_send_began", "stream_end")
+                 "sending_since", "_send_began", "stream_end", "typed_events", "error_event")
 
     def __init__(self, scope: Scope, receive: Receive, send: Send) -> None:
         self.scope = scope
@@ -58,6 +58,10 @@ class Exchange:
         self._send_began = trio.Event()
         self.stream_end = b"data: [DONE]\n\n"
         """What `end_events` sends last: OpenAI's ``[DONE]`` event, or b"" (llama-server's native streams)."""
+        self.typed_events = False
+        """Whether each event names its data's ``type`` on an ``event:`` line (the Responses API's streams)."""
+        self.error_event: Callable[[ApiError], dict[str, Any]] = ApiError.body
+        """The event that carries an error ending a started stream: OpenAI's ``{"error": ...}`` unless set."""
 
     # -- request ----------------------------------------------------------------------
 
@@ -162,7 +166,7 @@ class Exchange:
         if self.complete:
             return
         if self.streaming:
-            await self.send_event(error.body())
+            await self.send_event(self.error_event(error))
             await self.end_events()
         elif not self.started:
             headers = [(b"www-authenticate", b"Bearer")] if error.status == 401 else None
@@ -181,9 +185,11 @@ class Exchange:
         await self._out({"type": "http.response.start", "status": 200, "headers": _SSE})
 
     async def send_event(self, data: object) -> None:
-        """Send one ``data: <json>`` event."""
+        """Send one ``data: <json>`` event (after an ``event: <its type>`` line with `typed_events`)."""
         payload = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
-        await self._out({"type": "http.response.body", "body": f"data: {payload}\n\n".encode(), "more_body": True})
+        name = f"event: {data['type']}\n" if self.typed_events and isinstance(data, dict) else ""
+        await self._out({"type": "http.response.body", "body": f"{name}data: {payload}\n\n".encode(),
+                         "more_body": True})
 
     async def end_events(self) -> None:
         """Send `stream_end` (``data: [DONE]``) and end the stream."""

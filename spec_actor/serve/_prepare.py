@@ -23,7 +23,7 @@ from ._native import parse_native
 from ._params import Job, Kind, parse_chat, parse_completion
 from ._tokens import mixed_tokens
 
-__all__ = ["Prepared", "chat_template_text", "count_chat_tokens", "prepare_body"]
+__all__ = ["Prepared", "chat_template_text", "count_chat_tokens", "count_job_tokens", "prepare_body", "prepare_job"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,7 +53,21 @@ def prepare_body(kind: Kind, data: bytes, model: Model, n_ctx: int,
         job = parse_native(body, model.info.n_vocab, limits.grammar)
     else:
         job = parse_completion(body, model.info.n_vocab, limits.grammar)
-    prompt_param = "messages" if job.kind == "chat" else "prompt"  # a chat's prompt is its messages
+    return prepare_job(job, model, n_ctx, chat_template)
+
+
+def prepare_job(job: Job, model: Model, n_ctx: int, chat_template: str | None = None,
+                prompt_param: str | None = None) -> Prepared:
+    """Render and tokenize a checked ``job`` (thread-safe); errors about its prompt name ``prompt_param``.
+
+    ``prompt_param`` defaults to ``messages`` for a chat, else ``prompt``
+    (another API's request turned into a chat names its own field).
+
+    Raises:
+        ApiError: a 400 naming the field; a prompt of ``n_ctx`` tokens or
+            more is `context_exceeded`.
+    """
+    prompt_param = prompt_param or ("messages" if job.kind == "chat" else "prompt")  # a chat's prompt: messages
     with _as_api_error(prompt_param):
         tokens, options, rendered = _tokens(job, model, chat_template)
     if not tokens:
@@ -82,8 +96,16 @@ def count_chat_tokens(data: bytes, model: Model, limits: ServeLimits, chat_templ
     Raises:
         ApiError: a 400 naming the field, as for a chat completion.
     """
-    job = parse_chat(parse_body(data, limits.body), limits.grammar)
-    with _as_api_error("messages"):
+    return count_job_tokens(parse_chat(parse_body(data, limits.body), limits.grammar), model, chat_template)
+
+
+def count_job_tokens(job: Job, model: Model, chat_template: str | None = None, prompt_param: str = "messages") -> int:
+    """The prompt tokens of a checked chat ``job``; errors about its prompt name ``prompt_param``.
+
+    Raises:
+        ApiError: a 400 naming the field.
+    """
+    with _as_api_error(prompt_param):
         return len(_tokens(job, model, chat_template)[0])
 
 
