@@ -128,7 +128,8 @@ async def test_function_call_round_trip_as_the_chat_completions_would_run_it(gem
                                                            max_tokens=16, messages=[
             {"role": "user", "content": question},
             {"role": "assistant", "content": None, "tool_calls": [
-                {"id": call.call_id, "type": "function", "function": {"name": call.name, "arguments": call.arguments}}]},
+                {"id": call.call_id, "type": "function",
+                 "function": {"name": call.name, "arguments": call.arguments}}]},
             {"role": "tool", "tool_call_id": call.call_id, "content": "sunny, 21 C"}])
         counted = await raw.post("/v1/responses/input_tokens", json={"input": history, "tools": [FUNCTION]})
     (want,) = chat.choices[0].message.tool_calls

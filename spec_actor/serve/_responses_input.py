@@ -57,7 +57,7 @@ _NOT_KEPT = "this server keeps no responses or conversations; send the whole con
 
 _CHAT_NAMES = (("response_format.json_schema.schema", "text.format.schema"), ("response_format", "text.format"),
                ("max_completion_tokens", "max_output_tokens"), ("].function", "]"))
-"""Names in the chat path's error messages -> the Responses request's (``tools[0].function.name``: ``tools[0].name``)."""
+"""Names in the chat path's errors -> the Responses request's (``tools[0].function.name``: ``tools[0].name``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,8 +101,9 @@ def to_chat(body: object) -> ResponsesRequest:
     echo = {"instructions": instructions, "max_output_tokens": max_output, "metadata": metadata,
             "parallel_tool_calls": bool(body.get("parallel_tool_calls")), "previous_response_id": None,
             "reasoning": None, "store": False, "temperature": body.get("temperature"),
-            "text": {"format": text.get("format") or {"type": "text"}}, "tool_choice": body.get("tool_choice") or "auto",
-            "tools": body.get("tools") or [], "top_p": body.get("top_p"), "truncation": "disabled"}
+            "text": {"format": text.get("format") or {"type": "text"}},
+            "tool_choice": body.get("tool_choice") or "auto", "tools": body.get("tools") or [],
+            "top_p": body.get("top_p"), "truncation": "disabled"}
     return ResponsesRequest(chat, echo)
 
 
