@@ -20,7 +20,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from . import _anthropic, _completion, _infill, _llama, _openai, _ops
+from . import _anthropic, _completion, _infill, _llama, _openai, _ops, _responses_api
 from ._auth import check_key
 from ._cors import cors_middleware
 from .._errors import SpecActorError
@@ -50,6 +50,10 @@ ROUTES: tuple[RouteSpec, ...] = (
     RouteSpec("POST", "/v1/completions", _openai.completions),
     RouteSpec("POST", "/v1/chat/completions", _openai.chat),
     RouteSpec("POST", "/chat/completions", _openai.chat),
+    RouteSpec("POST", "/v1/responses", _responses_api.responses),
+    RouteSpec("POST", "/responses", _responses_api.responses),
+    RouteSpec("POST", "/v1/responses/input_tokens", _responses_api.input_tokens),
+    RouteSpec("POST", "/responses/input_tokens", _responses_api.input_tokens),
     RouteSpec("GET", "/v1/models", _openai.models),
     RouteSpec("GET", "/models", _openai.models),
     # Anthropic's Messages API, on the chat completions' path

@@ -37,7 +37,7 @@ class Exchange:
     """
 
     __slots__ = ("scope", "_receive", "_send", "started", "streaming", "complete", "hung_up", "hung_up_at",
-                 "sending_since", "_send_began", "stream_end", "error_body", "error_event")
+                 "sending_since", "_send_began", "stream_end", "error_body", "error_event", "typed_events")
 
     def __init__(self, scope: Scope, receive: Receive, send: Send) -> None:
         self.scope = scope
@@ -59,9 +59,11 @@ class Exchange:
         self.stream_end = b"data: [DONE]\n\n"
         """What `end_events` sends last: OpenAI's ``[DONE]`` event, or b"" (llama-server's native streams)."""
         self.error_body: Callable[[ApiError], dict[str, Any]] = ApiError.body
-        """The JSON body of an error: OpenAI's shape, or the route's API's (Anthropic's)."""
+        """The JSON body of an error: OpenAI's shape, or the route's API's (Anthropic's, the Responses API's event)."""
         self.error_event: str | None = None
         """The event name of an error in a stream (Anthropic's ``error``); None: a bare ``data:`` event."""
+        self.typed_events = False
+        """Whether each unnamed event names its data's ``type`` on an ``event:`` line (the Responses API's streams)."""
 
     # -- request ----------------------------------------------------------------------
 
@@ -185,8 +187,13 @@ class Exchange:
         await self._out({"type": "http.response.start", "status": 200, "headers": _SSE})
 
     async def send_event(self, data: object, name: str | None = None) -> None:
-        """Send one ``data: <json>`` event; with ``name``, an ``event: <name>`` line before it (Anthropic's)."""
+        """Send one ``data: <json>`` event, after an ``event: <name>`` line when named.
+
+        Unnamed, with `typed_events`, the name is the data's ``type``.
+        """
         payload = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+        if name is None and self.typed_events and isinstance(data, dict):
+            name = data["type"]
         event = f"event: {name}\n" if name is not None else ""
         await self._out({"type": "http.response.body", "body": f"{event}data: {payload}\n\n".encode(),
                          "more_body": True})

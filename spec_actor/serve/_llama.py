@@ -9,7 +9,6 @@ and its lock-free statistics on the event loop.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 from .. import __version__
@@ -24,7 +23,7 @@ from ._state import ServerState
 from ._timings import speculation_fields
 from ._tokens import detokenize as _detokenize
 from ._tokens import tokenize as _tokenize
-from ._work import in_worker, read_body
+from ._work import answer_in_worker
 
 __all__ = ["apply_template", "detokenize", "input_tokens", "props", "slots", "tokenize"]
 
@@ -32,34 +31,28 @@ __all__ = ["apply_template", "detokenize", "input_tokens", "props", "slots", "to
 async def tokenize(exchange: Exchange, state: ServerState) -> None:
     """``POST /tokenize``: ``content`` to token ids (``add_special``, ``parse_special``, ``with_pieces``)."""
     model = state.pool.model
-    await _answer_in_worker(exchange, state, lambda data: _tokenize(
+    await answer_in_worker(exchange, state, lambda data: _tokenize(
         parse_body(data, state.limits.body), model.tokenizer, model.info.n_vocab))
 
 
 async def detokenize(exchange: Exchange, state: ServerState) -> None:
     """``POST /detokenize``: ``tokens`` to text."""
     model = state.pool.model
-    await _answer_in_worker(exchange, state, lambda data: _detokenize(
+    await answer_in_worker(exchange, state, lambda data: _detokenize(
         parse_body(data, state.limits.body), model.tokenizer, model.info.n_vocab))
 
 
 async def apply_template(exchange: Exchange, state: ServerState) -> None:
     """``POST /apply-template``: a chat body's ``messages`` rendered to the ``prompt`` text, without generating."""
-    await _answer_in_worker(exchange, state, lambda data: {
+    await answer_in_worker(exchange, state, lambda data: {
         "prompt": chat_template_text(data, state.pool.model, state.limits, state.chat_template)})
 
 
 async def input_tokens(exchange: Exchange, state: ServerState) -> None:
     """``POST /chat/completions/input_tokens``: the prompt tokens a chat completion body would run."""
-    await _answer_in_worker(exchange, state, lambda data: {
+    await answer_in_worker(exchange, state, lambda data: {
         "object": "response.input_tokens",
         "input_tokens": count_chat_tokens(data, state.pool.model, state.limits, state.chat_template)})
-
-
-async def _answer_in_worker(exchange: Exchange, state: ServerState, work: Callable[[bytes], object]) -> None:
-    """Read the body, answer with ``work(body)`` run in a worker thread (JSON, 200)."""
-    data = await read_body(exchange, state)
-    await exchange.send_json(200, await in_worker(state, work, data))
 
 
 async def props(exchange: Exchange, state: ServerState) -> None:

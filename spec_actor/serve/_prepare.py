@@ -58,14 +58,18 @@ def prepare_body(kind: Kind, data: bytes, model: Model, n_ctx: int,
     return prepare_job(job, model, n_ctx, chat_template)
 
 
-def prepare_job(job: Job, model: Model, n_ctx: int, chat_template: str | None = None) -> Prepared:
-    """Tokenize a checked ``job``'s prompt (a chat rendered by its template; thread-safe).
+def prepare_job(job: Job, model: Model, n_ctx: int, chat_template: str | None = None,
+                prompt_param: str | None = None) -> Prepared:
+    """Render and tokenize a checked ``job`` (thread-safe); errors about its prompt name ``prompt_param``.
+
+    ``prompt_param`` defaults to ``messages`` for a chat, else ``prompt``
+    (another API's request turned into a chat names its own field).
 
     Raises:
-        ApiError: a 400 naming the prompt's field; a prompt of ``n_ctx``
-            tokens or more is `context_exceeded`.
+        ApiError: a 400 naming the field; a prompt of ``n_ctx`` tokens or
+            more is `context_exceeded`.
     """
-    prompt_param = "messages" if job.kind == "chat" else "prompt"  # a chat's prompt is its messages
+    prompt_param = prompt_param or ("messages" if job.kind == "chat" else "prompt")  # a chat's prompt: messages
     with _as_api_error(prompt_param):
         tokens, options, rendered = _tokens(job, model, chat_template)
     if not tokens:
@@ -97,13 +101,13 @@ def count_chat_tokens(data: bytes, model: Model, limits: ServeLimits, chat_templ
     return count_job_tokens(parse_chat(parse_body(data, limits.body), limits.grammar), model, chat_template)
 
 
-def count_job_tokens(job: Job, model: Model, chat_template: str | None = None) -> int:
-    """The prompt tokens of a checked chat ``job``, as it would run.
+def count_job_tokens(job: Job, model: Model, chat_template: str | None = None, prompt_param: str = "messages") -> int:
+    """The prompt tokens of a checked chat ``job``; errors about its prompt name ``prompt_param``.
 
     Raises:
-        ApiError: a 400 naming ``messages``, as for a chat completion.
+        ApiError: a 400 naming the field.
     """
-    with _as_api_error("messages"):
+    with _as_api_error(prompt_param):
         return len(_tokens(job, model, chat_template)[0])
 
 

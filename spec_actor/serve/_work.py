@@ -17,7 +17,7 @@ from ._errors import ApiError
 from ._http import Exchange
 from ._state import ServerState
 
-__all__ = ["in_worker", "read_body"]
+__all__ = ["answer_in_worker", "in_worker", "read_body"]
 
 T = TypeVar("T")
 
@@ -44,3 +44,9 @@ async def in_worker(state: ServerState, work: Callable[..., T], *args: Any) -> T
     (bounded) work on its own.
     """
     return await trio.to_thread.run_sync(work, *args, limiter=state.prepare_limiter, abandon_on_cancel=True)
+
+
+async def answer_in_worker(exchange: Exchange, state: ServerState, work: Callable[[bytes], object]) -> None:
+    """Read the body, answer with ``work(body)`` run in a worker thread (JSON, 200)."""
+    data = await read_body(exchange, state)
+    await exchange.send_json(200, await in_worker(state, work, data))
