@@ -19,7 +19,7 @@ from typing import Any, Protocol
 from ._errors import ConfigError, PromptError
 from .nif import model as _nm
 
-__all__ = ["ROLES", "ChatTokenizer", "Message", "choose_template", "render_chat", "tokenize_chat"]
+__all__ = ["ROLES", "ChatTokenizer", "Message", "choose_template", "render_chat", "split_prefill", "tokenize_chat"]
 
 ROLES = frozenset({"system", "user", "assistant", "tool"})
 """The roles a message may have: the ones chat templates know."""
@@ -103,12 +103,41 @@ def render_chat(template: str, messages: Sequence[Message], *, add_generation_pr
     """The conversation as prompt text, formatted by llama.cpp's ``llama_chat_apply_template``.
 
     ``template`` is a template text or a built-in name such as ``"chatml"``.
+    A last assistant message is continued (`split_prefill`).
 
     Raises:
         ConfigError: llama.cpp does not support the template.
         PromptError: the messages are malformed.
     """
-    return _nm.apply_chat_template(template, message_pairs(messages), add_generation_prompt=add_generation_prompt)
+    head, prefill = split_prefill(messages, add_generation_prompt)
+    text = _nm.apply_chat_template(template, message_pairs(head), add_generation_prompt=add_generation_prompt)
+    return text + (prefill or "")
+
+
+def split_prefill(messages: Sequence[Message], add_generation_prompt: bool) -> tuple[Sequence[Message], str | None]:
+    """(the messages to render, the assistant text that continues them), as llama-server prefills a reply.
+
+    When the reply's turn is to open (``add_generation_prompt``) and the
+    last message is from the assistant, after at least one other, that
+    message is not a finished turn but the start of the reply: the others
+    are rendered with the opening of the assistant's turn and its content
+    follows verbatim, without an end of turn; the model continues it.
+    Otherwise the messages are rendered as they are (prefill None).
+
+    Raises:
+        PromptError: the message to continue has ``tool_calls`` (a call is
+            answered by a ``tool`` message, not continued).
+    """
+    if (not add_generation_prompt or isinstance(messages, (str, bytes)) or not isinstance(messages, Sequence)
+            or len(messages) < 2 or not isinstance(messages[-1], Mapping)
+            or messages[-1].get("role") != "assistant"):
+        return messages, None
+    last = messages[-1]
+    if last.get("tool_calls"):
+        raise PromptError(f"message {len(messages) - 1}: an assistant message with tool_calls cannot be continued; "
+                          "send the calls' results as tool messages after it")
+    content = last.get("content")
+    return messages[:-1], "" if content is None else _content_text(content, len(messages) - 1)
 
 
 def _short(text: str) -> str:

@@ -166,6 +166,8 @@ class Model:
         built-in name such as ``"chatml"``). A GGUF without a template (the
         embedded Gemma has none) gets llama.cpp's built-in template of its
         family (``gemma3`` -> ``gemma``), as `chat_template_name` says.
+        A last assistant message is continued, not closed: the text ends
+        with its content (assistant prefill, `spec_actor._chat.split_prefill`).
         Tokenizing this text with ``parse_special=True`` turns control-token
         text in a message's content into control tokens; `tokenize_chat`
         keeps content as text.

@@ -10,6 +10,7 @@ are (`spec_actor._json_schema`) before they reach native code.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import re
@@ -18,9 +19,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, final
 
-from ._chat import message_pairs, tokenize_chat
+from ._chat import message_pairs, split_prefill, tokenize_chat
 from ._errors import ConfigError, GrammarError, PromptError
 from ._json_schema import check_schema
+from ._templates import is_builtin, tools_template
 from .nif import chat_jinja as _nj
 
 __all__ = ["ChatReply", "RenderedChat", "ReplyDelta", "ReplyDiffer", "ToolCall", "chat_prompt", "chat_text",
@@ -134,6 +136,8 @@ def render_jinja(model_handle: Any, messages: Sequence[Mapping[str, Any]], *, to
     """Render ``messages`` (OpenAI's shape: roles system, user, assistant with ``tool_calls``, tool)
     with the model's Jinja template, or ``template`` (Jinja text).
 
+    A last assistant message is continued (`spec_actor._chat.split_prefill`).
+
     Raises:
         ConfigError: bad tools or tool_choice, or a template llama.cpp cannot render.
         PromptError: ``messages`` is not a non-empty list of message objects.
@@ -143,6 +147,7 @@ def render_jinja(model_handle: Any, messages: Sequence[Mapping[str, Any]], *, to
         raise PromptError('messages must be a non-empty list of {"role": ..., "content": ...} dicts')
     checked = check_tools(tools) if tools is not None else []
     choice, active = resolve_tool_choice(tool_choice, checked)
+    messages, prefill = split_prefill(messages, add_generation_prompt)
     request: dict[str, Any] = {"messages": [dict(m) if isinstance(m, Mapping) else m for m in messages],
                                "tool_choice": choice, "parallel_tool_calls": bool(parallel_tool_calls),
                                "add_generation_prompt": bool(add_generation_prompt)}
@@ -166,19 +171,23 @@ def render_jinja(model_handle: Any, messages: Sequence[Mapping[str, Any]], *, to
         grammar, triggers = out["grammar"], json.dumps(out["grammar_triggers"])
     if grammar is not None and not parallel_tool_calls:
         grammar = _one_call(grammar)
-    return RenderedChat(out["prompt"], grammar, tuple(out["additional_stops"]), out,
+    return RenderedChat(out["prompt"] + (prefill or ""), grammar, tuple(out["additional_stops"]), out,
                         tools=bool(active) and choice != "none", parallel=bool(parallel_tool_calls),
                         triggers=triggers)
 
 
 def check_template(model: Any, template: str) -> None:
-    """Check that the Jinja text ``template`` renders a chat on ``model`` (a server's startup check).
+    """Check that ``template``, Jinja text or a built-in name (`spec_actor._templates.builtin_names`),
+    renders a chat on ``model`` (a server's startup check).
 
     Raises:
         ConfigError: not text, or llama.cpp cannot parse or render it; the message says why.
     """
     if not isinstance(template, str) or not template.strip() or "\0" in template:
-        raise ConfigError("chat_template must be non-empty Jinja text without NUL characters")
+        raise ConfigError("chat_template must be non-empty Jinja text without NUL characters, or a built-in "
+                          "template's name")
+    if is_builtin(template):
+        return
     try:
         render_jinja(model.handle, [{"role": "user", "content": "Hi"}], template=template)
     except (ConfigError, PromptError) as exc:
@@ -310,7 +319,9 @@ def chat_prompt(model: Any, messages: Sequence[Mapping[str, Any]], options: dict
 
     With tools, or when the GGUF has its own template and ``template`` is not
     given, the model's Jinja template renders it (`render_jinja`, as
-    llama-server does; ``template`` is then Jinja text) and the options gain
+    llama-server does; ``template`` is then Jinja text; a Gemma 3 without a
+    template that renders tools gets Gemma 3's turns with tools,
+    `spec_actor._templates.tools_template`) and the options gain
     the tool-call grammar and the format's stop strings; ``jinja`` makes
     ``template`` Jinja text without tools too. Otherwise `Model.tokenize_chat`
     renders it (a GGUF without a template gets its family's built-in format)
@@ -372,7 +383,11 @@ def chat_text(model: Any, messages: Sequence[Mapping[str, Any]], *, template: st
 
 def _jinja_options(model: Any, messages: Sequence[Mapping[str, Any]], template: str | None, tools: object,
                    tool_choice: ToolChoice | None, parallel_tool_calls: bool, jinja: bool) -> dict[str, Any] | None:
-    """`render_jinja`'s options for a chat the model's Jinja template renders; None for llama.cpp's built-in formats.
+    """`render_jinja`'s options for a chat a Jinja template renders; None for llama.cpp's built-in formats.
+
+    A chat with tools, or with tool turns in its history, on a model or
+    built-in name without a template that renders them gets one
+    (`spec_actor._templates.tools_template`: Gemma 3's turns).
 
     Raises:
         ConfigError: tool_choice without tools, tools without a Jinja template.
@@ -380,10 +395,21 @@ def _jinja_options(model: Any, messages: Sequence[Mapping[str, Any]], template: 
     """
     if tools is None and tool_choice is not None:
         raise ConfigError("tool_choice needs tools")
-    if tools is None and not jinja and (template is not None or not model.chat_template()):
+    swap = None
+    if tools is not None:
+        swap = tools_template(model, template)
+    elif _has_tool_turns(messages):
+        with contextlib.suppress(ConfigError):  # no template for them: rendered as before
+            swap = tools_template(model, template)
+    if swap is not None:
+        template = swap
+    elif tools is None and not jinja and (template is not None or not model.chat_template()):
         return None
-    if template is None and not model.chat_template():
-        raise ConfigError(f"tools need a Jinja chat template and model {model.path} has none; pass template= "
-                          "with the template text of a format that supports tools")
     message_pairs(messages, content_optional=True)  # roles and content checked, as without a Jinja template
     return {"tools": tools, "tool_choice": tool_choice, "template": template, "parallel_tool_calls": parallel_tool_calls}
+
+
+def _has_tool_turns(messages: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether ``messages`` hold a tool result or an assistant's tool calls."""
+    return (isinstance(messages, Sequence) and not isinstance(messages, (str, bytes))
+            and any(isinstance(m, Mapping) and (m.get("role") == "tool" or m.get("tool_calls")) for m in messages))

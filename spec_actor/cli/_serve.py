@@ -58,9 +58,11 @@ def add_parser(sub: Subcommands) -> None:
                    help="evaluate every prompt whole: keep no context between requests (by default an actor "
                         "reuses the longest common token prefix with what it computed before, as a chat's "
                         "history; a timing side channel between the clients of one actor)")
-    p.add_argument("--chat-template", "--chat-template-file", dest="chat_template", metavar="FILE",
-                   help="Jinja chat template file that renders every chat instead of the GGUF's own (as "
-                        "llama-server's --chat-template-file); needed for tools on a GGUF without one")
+    p.add_argument("--chat-template", "--chat-template-file", dest="chat_template", metavar="NAME|FILE",
+                   help="the chat template of every chat instead of the GGUF's own: a llama.cpp built-in "
+                        "template's name (chatml, llama3, gemma, mistral-v7, ...; as llama-server's "
+                        "--chat-template) or a Jinja template file (as its --chat-template-file); tools on "
+                        "a GGUF without a template, other than Gemma 3, need a Jinja file")
     p.add_argument("--cors-origins", metavar="ORIGIN[,ORIGIN]", default="",
                    help="let web pages from these origins (https://app.example, or * for any) call the server "
                         "from a browser; off by default, since any site a browser opens could reach a server "
@@ -156,7 +158,7 @@ def run(args: argparse.Namespace) -> int:
     spec = _spec(args)
     limits = limits_from_options(args)  # before the model loads: a bad flag fails at once
     origins = _origins(args.cors_origins)
-    template = _read_template(args.chat_template)
+    template = _chat_template(args.chat_template)
     model = open_model(args, mtp=spec is not None and spec.is_mtp)
     api_key = args.api_key or _env_key()
     options = {"n_threads": args.threads} if args.threads else {}
@@ -193,20 +195,26 @@ def _spec(args: argparse.Namespace) -> Spec | None:
     return spec_from_options(args.spec or ("draft-simple" if args.draft_model else DEFAULT_SPEC), args)
 
 
-def _read_template(path: str | None) -> str | None:
-    """The text of the --chat-template file (checked when the server starts); None without one.
+def _chat_template(path: str | None) -> str | None:
+    """The --chat-template: a built-in template's name, or the text of a file (checked when the server starts).
+
+    None without one. A built-in name wins over a file of that name.
 
     Raises:
-        CliError: the file cannot be read as UTF-8 text.
+        CliError: not a built-in name and no file (the message lists the names), or the file
+            cannot be read as UTF-8 text.
     """
-    if path is None:
-        return None
+    from .._templates import builtin_names
+
+    if path is None or path in builtin_names():
+        return path
     try:
         with open(path, encoding="utf-8") as f:
             return f.read()
     except (OSError, UnicodeDecodeError) as exc:
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-        raise CliError(f"argument --chat-template: cannot read {path}: {reason}", exit_code=2) from None
+        names = "" if os.path.exists(path) else f"; nor is it a built-in template: {', '.join(builtin_names())}"
+        raise CliError(f"argument --chat-template: cannot read {path}: {reason}{names}", exit_code=2) from None
 
 
 def _origins(text: str) -> tuple[str, ...]:

@@ -15,6 +15,7 @@ from typing import Any
 
 from .._errors import SpecActorError
 from .._model import Model
+from .._templates import is_builtin
 from .._tools import RenderedChat, chat_prompt, chat_text
 from ._body import parse_body
 from ._errors import api_error_for, bad_request, context_exceeded
@@ -88,8 +89,7 @@ def chat_template_text(data: bytes, model: Model, limits: ServeLimits, chat_temp
     job = parse_chat(parse_body(data, limits.body), limits.grammar)
     options = dict(job.options)
     with _as_api_error("messages"):
-        return chat_text(model, job.messages, template=chat_template, jinja=chat_template is not None,
-                         **_tool_fields(options))
+        return chat_text(model, job.messages, **_template_options(chat_template), **_tool_fields(options))
 
 
 def count_chat_tokens(data: bytes, model: Model, limits: ServeLimits, chat_template: str | None = None) -> int:
@@ -123,6 +123,11 @@ def _as_api_error(prompt_param: str) -> Iterator[None]:
         raise error from None
 
 
+def _template_options(chat_template: str | None) -> dict[str, Any]:
+    """The template options of a chat on a server started with ``chat_template``: Jinja text, a built-in name or None."""
+    return {"template": chat_template, "jinja": chat_template is not None and not is_builtin(chat_template)}
+
+
 def _tool_fields(options: dict[str, Any]) -> dict[str, Any]:
     """The tool fields taken out of a chat job's ``options``, for `chat_prompt`."""
     return {k: options.pop(k) for k in ("tools", "tool_choice", "parallel_tool_calls") if k in options}
@@ -131,8 +136,7 @@ def _tool_fields(options: dict[str, Any]) -> dict[str, Any]:
 def _tokens(job: Job, model: Model, chat_template: str | None) -> tuple[list[int], dict[str, Any], RenderedChat | None]:
     options = dict(job.options)
     if job.kind == "chat":
-        return chat_prompt(model, job.messages, options, template=chat_template, jinja=chat_template is not None,
-                           **_tool_fields(options))
+        return chat_prompt(model, job.messages, options, **_template_options(chat_template), **_tool_fields(options))
     if job.kind == "native":  # as llama-server tokenizes it: control-token text parsed
         tokens = mixed_tokens(model.tokenizer, model.info.n_vocab, job.prompt, "prompt", add_special=True,
                               parse_special=True)

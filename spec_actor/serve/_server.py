@@ -102,9 +102,11 @@ async def open_server(model: Model, *, host: str = "127.0.0.1", port: int = 8080
         model_name: The model id clients see (default: the GGUF's file name without ``.gguf``).
         limits: Timeouts (send, read, per request, shutdown) and parser
             bounds (`ServeLimits`; its defaults when None).
-        chat_template: Jinja chat template text for every chat instead of the GGUF's
-            own (as llama-server's ``--chat-template-file``); needed for tools on a
-            GGUF without a template.
+        chat_template: The chat template of every chat instead of the GGUF's own:
+            Jinja text (as llama-server's ``--chat-template-file``) or the name of a
+            llama.cpp built-in template such as ``"chatml"`` (as its ``--chat-template``;
+            `spec_actor._templates.builtin_names`). Jinja text is needed for tools
+            on a GGUF without a template, except Gemma 3's (docs/decisions/0102).
         cors_origins: Web origins (``https://app.example``) whose pages may call the
             server from a browser, ``"*"`` for any; empty (the default): none, since
             any page a browser opens could otherwise reach a server on loopback

@@ -68,7 +68,8 @@ class ServerState:
     cancellations: deque[Cancellation] = field(default_factory=lambda: deque(maxlen=256))
     """The latest requests ended early, newest last (for tests and benchmarks)."""
     chat_template: str | None = None
-    """Jinja chat template text used instead of the GGUF's (llama-server's --chat-template-file); None: the GGUF's."""
+    """Chat template used instead of the GGUF's: Jinja text or a built-in name (llama-server's --chat-template
+    and --chat-template-file); None: the GGUF's."""
     created: int = field(default_factory=lambda: int(time.time()))
     """When the server started (Unix time), the models' ``created``."""
 

@@ -130,7 +130,11 @@ class StreamSource(RequestQueue):
 
         A GGUF with its own template is rendered by it through llama.cpp's
         Jinja engine, as llama-server renders it; so is any request with
-        ``tools`` (OpenAI function tools; ``template`` is then Jinja text).
+        ``tools`` (OpenAI function tools; ``template`` is then Jinja text,
+        or ``"gemma"``). A Gemma 3 without a template that renders tools
+        (the embedded one) gets the package's template of Gemma 3's turns
+        with tools (docs/decisions/0102). A last assistant message is
+        continued: the reply is what follows its text (assistant prefill).
         ``tool_choice`` ("auto", "none", "required" or a named function)
         "required" and a named function constrain the reply to a call;
         ``messages`` may hold ``tool`` results and assistant ``tool_calls``
