@@ -46,13 +46,14 @@ async def test_whole_and_streamed_answers_carry_llama_servers_fields(gemma):
     assert gemma.tokenizer.decode(whole["tokens"]) == expected and len(whole["tokens"]) == 8
     assert plain["tokens"] == [] and "completion_probabilities" not in whole
     assert (whole["stop"], whole["stop_type"], whole["stopping_word"], whole["truncated"]) == (True, "limit", "", False)
-    assert (whole["tokens_predicted"], whole["tokens_evaluated"], whole["tokens_cached"]) == (8, n_prompt, n_prompt + 8)
+    # the context holds the prompt and every token but the last, which was sampled, never evaluated
+    assert (whole["tokens_predicted"], whole["tokens_evaluated"], whole["tokens_cached"]) == (8, n_prompt, n_prompt + 7)
     assert whole["timings"]["predicted_n"] == 8 and whole["timings"]["prompt_n"] == n_prompt
     assert whole["timings"]["cache_n"] == 0 and whole["speculative_decoding"]["num_draft_tokens"] == 0
     assert whole["prompt"] == "<bos>" + PROMPT and whole["model"] == "gemma-3-270m-q4_k_m"
     assert whole["has_new_line"] == ("\n" in expected)
     settings = whole["generation_settings"]
-    assert (settings["n_predict"], settings["temperature"], settings["stream"], settings["speculative.type"]) == \
+    assert (settings["n_predict"], settings["temperature"], settings["stream"], settings["speculative.types"]) == \
         (8, 0.0, False, "none")
     # the stream: one event per token with its id, then the whole answer's fields; no [DONE]
     *pieces, last = events
@@ -109,7 +110,7 @@ async def test_stop_types_grammar_and_json_schema(gemma):
     schema = {"type": "object", "properties": {"answer": {"type": "integer"}}, "required": ["answer"]}
     async with serving(gemma, prefix_cache=False) as server, http(server) as client:
         stopped = (await client.post("/completion", json={"prompt": STORY, "n_predict": 12, "stop": [word]})).json()
-        eos = (await client.post("/completion", json={"prompt": QUESTION, "n_predict": 20,
+        eos = (await client.post("/completion", json={"prompt": QUESTION, "n_predict": 20, "return_tokens": True,
                                                         "grammar": 'root ::= "yes" | "no"'})).json()
         shaped = (await client.post("/completion", json={"prompt": QUESTION, "n_predict": 40,
                                                            "json_schema": schema})).json()
@@ -121,6 +122,11 @@ async def test_stop_types_grammar_and_json_schema(gemma):
     assert stopped["content"] == expected[:cut] and stopped["stop_type"] == "word"
     assert stopped["stopping_word"] == word
     assert eos["content"] in ("yes", "no") and eos["stop_type"] == "eos"
+    # as llama-server: the end-of-generation token is predicted and listed, and it never enters the context
+    *text_tokens, last = eos["tokens"]
+    assert gemma.tokenizer.decode(text_tokens) == eos["content"] and gemma.tokenizer.is_eog(last)
+    assert eos["tokens_predicted"] == eos["timings"]["predicted_n"] == len(text_tokens) + 1
+    assert eos["tokens_cached"] == eos["tokens_evaluated"] + len(text_tokens)
     assert eos["generation_settings"]["grammar"] == 'root ::= "yes" | "no"'
     jsonschema.validate(json.loads(shaped["content"]), schema)
     settings = sampled["generation_settings"]
@@ -216,3 +222,18 @@ async def test_llama_servers_top_level_json_schema_applies_on_the_openai_routes_
     jsonschema.validate(json.loads(chat["choices"][0]["message"]["content"]), schema)
     jsonschema.validate(json.loads(text["choices"][0]["text"]), schema)
     assert error_of(both)["param"] == "json_schema"
+
+
+async def test_timings_count_the_prompt_tokens_evaluated_apart_from_those_reused(gemma):
+    body = {"prompt": STORY, "n_predict": 2}
+    async with serving(gemma) as server, http(server) as client:  # the prefix cache on, as by default
+        first = (await client.post("/completion", json=body)).json()
+        second = (await client.post("/completion", json=body)).json()
+        openai_route = (await client.post("/v1/completions", json={"prompt": STORY, "max_tokens": 2})).json()
+    n_prompt = len(gemma.tokenizer.encode(STORY))
+    assert (first["timings"]["prompt_n"], first["timings"]["cache_n"]) == (n_prompt, 0)
+    # as llama-server: prompt_n counts what was evaluated, cache_n what the cache held
+    for answer in (second, openai_route):
+        timings = answer["timings"]
+        assert timings["cache_n"] > 0
+        assert timings["prompt_n"] + timings["cache_n"] == n_prompt

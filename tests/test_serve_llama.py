@@ -80,7 +80,7 @@ async def test_props_describe_the_server(gemma):
     assert settings["n_ctx"] == CTX and props["total_slots"] == 2
     params = settings["params"]
     assert (params["temperature"], params["top_k"], params["n_predict"], params["stream"]) == (0.0, 40, -1, False)
-    assert params["speculative.type"] == props["speculative"]["type"] == "ngram-mod"
+    assert params["speculative.types"] == props["speculative"]["type"] == "ngram-mod"
     assert props["model_path"] == gemma.path and props["model_alias"] == "gemma-3-270m-q4_k_m"
     assert (props["bos_token"], props["eos_token"], props["chat_template"]) == ("<bos>", "<eos>", "gemma")
     assert props["build_info"] == f"spec_actor {spec_actor.__version__}" and props["is_sleeping"] is False

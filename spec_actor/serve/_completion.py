@@ -82,26 +82,28 @@ class NativeAnswer(Answer):
 
     async def _respond(self) -> None:
         choice = self.choices[0]  # one per native request
-        prompt_tokens, cached_tokens = self._counts()
+        prompt_tokens, _ = self._counts()
         self.state.metrics.finished(choice.finish_reason or "stop")
         stats = self._stats()
         tokenizer = self.state.pool.model.tokenizer
         prompt = await in_worker(self.state, lambda: tokenizer.decode(self.prompt_ids, special=True))
         stop = self.job.options.get("stop") or []
         stop_type = _stop_type(choice.end)
-        speculation = speculation_fields(stats, self.tokens)
-        speculation["timings"]["cache_n"] = cached_tokens
+        # llama-server counts an end-of-generation token among the predicted ones and lists it in `tokens`
+        eog = [choice.end.token] if type(choice.end) is Eog else []
+        predicted = self.tokens + len(eog)
+        speculation = speculation_fields(stats, predicted)
         settings = generation_settings(self.job.options["sampling"], n_predict=self.native.n_predict,
                                        stream=self.job.stream, n_probs=self.native.n_probs, stop=stop,
                                        speculative_type=self.state.pool.actors[0].spec.type)
         answer = {
             "index": 0,
             "content": "" if self.job.stream else "".join(choice.text),
-            "tokens": self.ids if self.native.return_tokens else [],
+            "tokens": self.ids + eog if self.native.return_tokens and not self.job.stream else [],
             "id_slot": -1,
             "stop": True,
             "model": self.state.model_name,
-            "tokens_predicted": self.tokens,
+            "tokens_predicted": predicted,
             "tokens_evaluated": prompt_tokens,
             "generation_settings": settings,
             "prompt": prompt,
@@ -109,7 +111,9 @@ class NativeAnswer(Answer):
             "truncated": False,
             "stop_type": stop_type,
             "stopping_word": stop[0] if stop_type == "word" and len(stop) == 1 else "",
-            "tokens_cached": prompt_tokens + self.tokens,
+            # what the context holds, as llama-server counts it: the prompt and every predicted token but
+            # the last, which was sampled and never evaluated
+            "tokens_cached": prompt_tokens + max(predicted - 1, 0),
         } | speculation
         if self.probs:
             answer["completion_probabilities"] = native_probabilities(self.probs, tokenizer)

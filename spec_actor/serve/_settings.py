@@ -21,10 +21,15 @@ SAMPLERS = ("penalties", "dry", "top_n_sigma", "top_k", "typ_p", "top_p", "min_p
 OFF = {"dynatemp_range": 0.0, "dynatemp_exponent": 1.0, "top_n_sigma": -1.0, "xtc_probability": 0.0,
        "xtc_threshold": 0.1, "typical_p": 1.0, "dry_multiplier": 0.0, "dry_base": 1.75, "dry_allowed_length": 2,
        "dry_penalty_last_n": 64, "mirostat": 0, "mirostat_tau": 5.0, "mirostat_eta": 0.1, "adaptive_target": -1.0,
-       "adaptive_decay": 0.9, "n_keep": 0,
-       "n_discard": 0, "ignore_eos": False, "min_keep": 0, "timings_per_token": False,
-       "post_sampling_probs": False}
-"""llama-server's fields of samplers and options this server does not have, at the values that turn them off."""
+       "adaptive_decay": 0.9, "dry_sequence_breakers": ["\n", ":", "\"", "*"], "n_keep": 0,
+       "n_discard": 0, "ignore_eos": False, "logit_bias": [], "min_keep": 0, "grammar_lazy": False,
+       "grammar_triggers": [], "preserved_tokens": [], "chat_format": "Content-only", "reasoning_format": "none",
+       "reasoning_in_content": False, "generation_prompt": "", "timings_per_token": False,
+       "post_sampling_probs": False, "backend_sampling": False}
+"""llama-server's fields of samplers and options this server does not have, at the values that turn them off.
+
+The chat fields (``chat_format`` ... ``generation_prompt``) are those of a
+plain completion: text as it comes, no reasoning taken out of it."""
 
 
 def generation_settings(sampling: Sampling, *, n_predict: int = -1, stream: bool = False, n_probs: int = 0,
@@ -48,6 +53,6 @@ def generation_settings(sampling: Sampling, *, n_predict: int = -1, stream: bool
         "stop": list(stop or ()),
         "grammar": sampling.grammar or "",
         "samplers": list(SAMPLERS),
-        "speculative.type": speculative_type,
+        "speculative.types": speculative_type,
         "lora": [],
     }

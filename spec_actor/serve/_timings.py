@@ -24,13 +24,16 @@ def speculation_fields(stats: StatsSnapshot, completion_tokens: int) -> dict[str
 
 
 def _timings(stats: StatsSnapshot, predicted_n: int) -> dict[str, Any]:
+    """llama-server's ``timings``: ``cache_n`` prompt tokens reused from the cache, ``prompt_n`` evaluated."""
     prompt_ms = stats.timing_us.prefill / 1000
     predicted_ms = max(stats.timing_us.total - stats.timing_us.prefill, 0) / 1000
+    prompt_n = stats.prompt_prefilled
     return {
-        "prompt_n": stats.prompt_tokens,
+        "cache_n": stats.prompt_reused,
+        "prompt_n": prompt_n,
         "prompt_ms": prompt_ms,
-        "prompt_per_token_ms": _ratio(prompt_ms, stats.prompt_tokens),
-        "prompt_per_second": _ratio(1000 * stats.prompt_tokens, prompt_ms),
+        "prompt_per_token_ms": _ratio(prompt_ms, prompt_n),
+        "prompt_per_second": _ratio(1000 * prompt_n, prompt_ms),
         "predicted_n": predicted_n,
         "predicted_ms": predicted_ms,
         "predicted_per_token_ms": _ratio(predicted_ms, predicted_n),
