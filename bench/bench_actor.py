@@ -232,7 +232,7 @@ class Bench:
         # poller between two loop steps); a change costs a fresh native read.
         handle = actor.session._handle
         for what, read in (("unchanged counters, cached snapshot", actor.stats),
-                           ("changed counters, fresh native read", lambda: native_session.stats(handle, 0))):
+                           ("changed counters, fresh native read", lambda: native_session.seq_stats(handle, 0, 0))):
             per_call = []
             for _ in range(200):
                 start = time.perf_counter_ns()

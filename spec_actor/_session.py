@@ -14,7 +14,7 @@ from ._machine import usable_cpus
 from ._model import Model, load_model
 from ._sampling import Sampling
 from ._spec import DEFAULT_SPEC, Spec
-from ._stats import StatsSnapshot
+from ._stats import StatsSnapshot, sum_snapshots
 from ._utf8 import Utf8Stream
 from ._validate import check_logprobs
 from .nif import model as _nm
@@ -290,25 +290,32 @@ class Session:
     # -- statistics -----------------------------------------------------------
 
     def stats(self, seq: int | None = None) -> StatsSnapshot:
-        """Cumulative statistics of this session, or of one sequence's runs (lock-free, any thread)."""
+        """Cumulative statistics of one sequence's runs, or of every sequence's summed (lock-free, any thread).
+
+        With ``seq`` None and ``n_seq`` > 1 the sequences' snapshots are
+        added up as `ActorPool.stats` adds its actors' (`sum_snapshots`).
+        """
         return self._snapshot(0, seq)
 
     def last_stats(self, seq: int | None = None) -> StatsSnapshot:
-        """Statistics of the current or last run (on ``seq``) (lock-free, any thread)."""
+        """Statistics of the current or last run on ``seq``, or of each sequence's summed (lock-free, any thread)."""
         return self._snapshot(1, seq)
 
-    def _snapshot(self, which: int, seq: int | None = None) -> StatsSnapshot:
+    def _snapshot(self, which: int, seq: int | None) -> StatsSnapshot:
+        if seq is None:
+            if self.n_seq > 1:
+                return sum_snapshots([self._snapshot(which, s) for s in range(self.n_seq)])
+            seq = 0
         # Snapshots are frozen, so while nothing changed (a loop step takes
         # milliseconds, pollers ask far more often) the last one is reused:
         # one native call instead of building a new snapshot. The version is
         # read first, so a cached snapshot is never older than its version.
         handle = self._live()
-        version = _ns.stats_version(handle) if seq is None else _ns.seq_stats_version(handle, seq)
+        version = _ns.seq_stats_version(handle, seq)
         cached = self._snapshots.get((seq, which))
         if cached is not None and cached[0] == version:
             return cached[1]
-        fields = _ns.stats(handle, which) if seq is None else _ns.seq_stats(handle, seq, which)
-        snapshot = StatsSnapshot.from_fields(**fields)
+        snapshot = StatsSnapshot.from_fields(**_ns.seq_stats(handle, seq, which))
         self._snapshots[(seq, which)] = (version, snapshot)
         return snapshot
 
@@ -331,9 +338,14 @@ class Session:
         """Drop the cross-request memory and the kept prefix; the next run starts with none (any thread, lock-free)."""
         _ns.forget(self._live())
 
-    def prefix_cache_usage(self) -> PrefixCacheUsage:
-        """What the prefix cache holds as of the end of the last run (lock-free, any thread)."""
-        return PrefixCacheUsage(**_ns.prefix_usage(self._live()))
+    def prefix_cache_usage(self, seq: int | None = None) -> PrefixCacheUsage:
+        """What one sequence's prefix cache holds, or every sequence's summed, as of the end of its last run.
+
+        Lock-free, any thread.
+        """
+        handle = self._live()
+        usages = [_ns.seq_prefix_usage(handle, s) for s in (range(self.n_seq) if seq is None else (seq,))]
+        return PrefixCacheUsage(**{name: sum(u[name] for u in usages) for name in usages[0]})
 
     def memory_usage(self) -> tuple[int, int]:
         """(tokens, bytes) held by the cross-request memory as of the end of the last run."""

@@ -260,6 +260,11 @@ async def test_each_actor_of_a_batched_pool_counts_and_prints_its_own_sequence(t
         assert [s.requests for s in stats] == [1, 2] and stats[0].drafters != stats[1].drafters
         total = pool.stats()
         assert (total.requests, total.tokens_emitted) == (3, sum(s.tokens_emitted for s in stats))
+        # the shared session, asked without a sequence, sums its sequences as the pool does its actors
+        shared = first.session._session
+        assert shared.stats() == total and shared.stats(1) == stats[1]
+        usages = [shared.prefix_cache_usage(seq) for seq in (0, 1)]
+        assert usages[1].tokens > 0 and shared.prefix_cache_usage().tokens == usages[0].tokens + usages[1].tokens
         for actor, snap in zip(pool.actors, stats):
             capfd.readouterr()
             actor.print_stats()

@@ -141,13 +141,6 @@ void sa_session_clear_cancel(sa_session * s) {
     if (s) s->cancel.store(false, std::memory_order_relaxed);
 }
 
-void sa_session_stats(const sa_session * s, int32_t which, sa_stats * out) {
-    if (s == nullptr || out == nullptr) return;
-    s->slot0().stats->read(which, out);
-}
-
-uint64_t sa_session_stats_version(const sa_session * s) { return s ? s->slot0().stats->version() : 0; }
-
 sa_status sa_session_set_prefix_cache(sa_session * s, int32_t enabled, int64_t checkpoint_bytes) {
     if (s == nullptr) return fail(SA_ERR_INVALID_ARG, "sa_session_set_prefix_cache: null session");
     if (checkpoint_bytes < 0) {
@@ -160,8 +153,8 @@ sa_status sa_session_set_prefix_cache(sa_session * s, int32_t enabled, int64_t c
     return SA_OK;
 }
 
-void sa_session_prefix_usage(const sa_session * s, sa_prefix_usage * out) {
-    if (s != nullptr && out != nullptr) s->slot0().prefix->usage(out);
+void sa_session_seq_prefix_usage(const sa_session * s, int32_t seq, sa_prefix_usage * out) {
+    if (const Slot * slot = slot_of(s, seq); slot != nullptr && out != nullptr) slot->prefix->usage(out);
 }
 
 uint32_t sa_session_n_ctx(const sa_session * s) { return s ? (uint32_t) s->n_ctx_seq : 0; }

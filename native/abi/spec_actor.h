@@ -9,7 +9,7 @@
  *    a reference on the model(s) it was made from, so they may be freed in
  *    any order: sa_model_free before sa_session_free only drops the caller's
  *    reference, and the model goes with its last session.
- *  - sa_session_cancel and sa_session_stats may be called from any thread at
+ *  - sa_session_cancel and sa_session_seq_stats may be called from any thread at
  *    any time, also while sa_session_run is running; they take no lock.
  *
  * The probes and fault injection of the test suite are a separate ABI,
@@ -341,16 +341,13 @@ void sa_session_cancel_seq(sa_session * session, int32_t seq);
 void sa_session_clear_cancel_seq(sa_session * session, int32_t seq);
 /* Undo one SA_CB_PAUSE of seq's callback (any thread). */
 void sa_session_resume_seq(sa_session * session, int32_t seq);
-/* sa_session_stats for one sequence's requests. */
+/* A consistent snapshot of one sequence's statistics: which: 0 cumulative,
+ * 1 the last (or current) run. A one-sequence session's are sequence 0's. */
 void sa_session_seq_stats(const sa_session * session, int32_t seq, int32_t which, sa_stats * out);
+/* Changes whenever any of seq's statistics does; equal values mean equal snapshots. */
 uint64_t sa_session_seq_stats_version(const sa_session * session, int32_t seq);
 /* Steps run since the session was made, for tests that count in steps. */
 uint64_t sa_session_steps(const sa_session * session);
-/* Sequence 0's statistics, a one-sequence session's (sa_session_seq_stats for
- * any sequence): which: 0 cumulative, 1 the last (or current) run. */
-void sa_session_stats(const sa_session * session, int32_t which, sa_stats * out);
-/* Changes whenever any statistic does; equal values mean equal snapshots. */
-uint64_t sa_session_stats_version(const sa_session * session);
 uint32_t sa_session_n_ctx(const sa_session * session);
 uint32_t sa_session_n_batch(const sa_session * session);
 /* Cross-request memory of the session (Spec "auto"): capacity in tokens kept
@@ -386,8 +383,8 @@ typedef struct {
  * recurrent and hybrid models (0: none; only a request that continues the
  * whole cached sequence reuses it there). Takes effect before the next run. */
 sa_status sa_session_set_prefix_cache(sa_session * session, int32_t enabled, int64_t checkpoint_bytes);
-/* What sequence 0's prefix cache holds (a one-sequence session's). */
-void sa_session_prefix_usage(const sa_session * session, sa_prefix_usage * out);
+/* What seq's prefix cache holds, as of the end of its last run. */
+void sa_session_seq_prefix_usage(const sa_session * session, int32_t seq, sa_prefix_usage * out);
 /* llama.cpp's name of a drafter id ("ngram-mod", "memory", "none"); "" when unknown. */
 const char * sa_drafter_name(int32_t drafter);
 /* Sequence seq's summary to stderr: its drafters (per drafter under auto,

@@ -25,7 +25,7 @@ extern "C" {
  * tokens and logit(top1) - logit(top2). */
 sa_status sa_testing_top2(sa_session * session, const int32_t * tokens, int32_t n,
                           int32_t * top1, int32_t * top2, float * margin);
-/* Polls sa_session_stats(which) in a tight loop, as fast as a native reader
+/* Polls sequence 0's sa_session_seq_stats(which) in a tight loop, as fast as a native reader
  * can, until the session has finished until_requests runs or max_polls polls
  * were made. Stores each snapshot that differs from the one stored before, up
  * to cap, in out; *n_out: how many were stored, *n_polls: polls made. */

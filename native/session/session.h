@@ -78,8 +78,8 @@ struct sa_session {
     }
 
     bool cancelled() const { return cancel.load(std::memory_order_relaxed); }
-    // Sequence 0's slot: a one-sequence session's only one, which the
-    // session-wide readers of the ABI (sa_session_stats, ...) report.
+    // Sequence 0's slot: a one-sequence session's only one; what every slot
+    // shares (the drafter's kind) is asked of it.
     sa::Slot & slot0() const { return *engine->slots[0]; }
     // llama.cpp's abort callback: the session is cancelled, or the sequence alone in the decode under way.
     bool abort_decode() const;

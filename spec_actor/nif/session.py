@@ -154,25 +154,19 @@ _ARRAY_FIELDS = tuple(name for name in STATS_FIELDS if stats_field_kind(name) ==
 _SCALAR_FIELDS = tuple(name for name in STATS_FIELDS if name not in _ARRAY_FIELDS)
 
 
-def stats(handle: SessionHandle, which: int) -> dict[str, Any]:
-    """A consistent snapshot of the session's counters: which=0 cumulative, 1 last run.
+def seq_stats(handle: SessionHandle, seq: int, which: int) -> dict[str, Any]:
+    """A consistent snapshot of one sequence's counters: which=0 cumulative, 1 its last run.
 
     Returns `snapshot_values`. Lock-free: any thread, also while a run is
     going on.
     """
-    s = ffi.new("sa_stats *")
-    lib.sa_session_stats(handle, which, s)
-    return snapshot_values(s)
-
-
-def seq_stats(handle: SessionHandle, seq: int, which: int) -> dict[str, Any]:
-    """`stats` of one sequence's requests."""
     s = ffi.new("sa_stats *")
     lib.sa_session_seq_stats(handle, seq, which, s)
     return snapshot_values(s)
 
 
 def seq_stats_version(handle: SessionHandle, seq: int) -> int:
+    """A number that changes whenever any of one sequence's statistics does."""
     return lib.sa_session_seq_stats_version(handle, seq)
 
 
@@ -186,11 +180,6 @@ def snapshot_values(s: Any) -> dict[str, Any]:
         array = getattr(s, name)
         values[name] = tuple(ffi.unpack(array, s.n_pos) if stats_array_per_pos(name) else array)
     return values
-
-
-def stats_version(handle: SessionHandle) -> int:
-    """A number that changes whenever any of the session's statistics does."""
-    return lib.sa_session_stats_version(handle)
 
 
 def n_ctx(handle: SessionHandle) -> int:
@@ -225,10 +214,10 @@ DEFAULT_CHECKPOINT_BYTES: int = lib.SA_DEFAULT_CHECKPOINT_BYTES
 """The library's default budget of a session's prefix checkpoints, in bytes."""
 
 
-def prefix_usage(handle: SessionHandle) -> dict[str, int]:
-    """The ``sa_prefix_usage`` fields by name, as of the end of the last run."""
+def seq_prefix_usage(handle: SessionHandle, seq: int) -> dict[str, int]:
+    """The ``sa_prefix_usage`` fields of one sequence by name, as of the end of its last run."""
     out = ffi.new("sa_prefix_usage *")
-    lib.sa_session_prefix_usage(handle, out)
+    lib.sa_session_seq_prefix_usage(handle, seq, out)
     return {name: getattr(out, name) for name, _ in ffi.typeof("sa_prefix_usage").fields}
 
 
