@@ -7,6 +7,7 @@
 #include "engine/engine.h"
 #include "report/event_batch.h"
 #include "session/session.h"
+#include "session/step_profile.h"
 
 #include "sampling.h"
 
@@ -130,6 +131,7 @@ private:
     const int32_t n_logprobs_;
     const bool argmax_;  // greedy with nothing that could change the pick: sample by argmax (sampler.h)
     TestHooks * const hooks_;  // the faults a test armed before the run started; null: none (session/test_hooks.h)
+    StepProfiler prof_;        // each verified step's time by part, when a benchmark asked (step_profile.h)
 
     Phase phase_ = Phase::Start;
     std::atomic<bool> ended_{false};
