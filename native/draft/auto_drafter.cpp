@@ -117,7 +117,7 @@ void AutoDrafter::init(common_params_speculative base, common_speculative * mode
                        int32_t model_n_max, TokenMemory * memory, const llama_vocab * vocab, llama_seq_id seq,
                        bool shared) {
     n_cap_ = base.draft.n_max;
-    model_.init(model, model_id, std::min(model_n_max, n_cap_), base.draft.ctx_dft, seq, shared);
+    model_.init(model, model_id, std::min(model_n_max, n_cap_), base.draft.ctx_tgt, base.draft.ctx_dft, seq, shared);
     base.draft.ctx_dft = nullptr;
     base_ = base;
     memory_ = memory;

@@ -95,6 +95,7 @@ public:
     // The first token is due as soon as the prompt is in: its step drafts nothing.
     bool drafts_first_token() const override { return false; }
     int64_t proposals_us() const override { return proposals_us_; }
+    void before_prompt() override { model_.before_prompt(); }
 
     // The model arm's state, for tests and print_stats: batches it processed
     // (this session) and whether it is dropped now.

@@ -39,6 +39,7 @@ void Sequence::emit_stats(int kind, llama_token eog_id) {
 
 void Sequence::start() {
     t_start_ = ggml_time_us();
+    if (drafter_) drafter_->before_prompt();
     next_stats_at_ = p_.emit_stats_every;
     if (s_.forget.exchange(false)) s_.memory.clear();
     const bool forget = slot_.forget.exchange(false);
@@ -217,6 +218,11 @@ bool Sequence::trim(llama_memory_t mem, llama_pos p0) {
     return llama_memory_seq_rm(mem, seq_, p0, -1);
 }
 
+bool Sequence::trim_draft(llama_pos p0) {
+    if (mem_dft_ == nullptr || llama_memory_seq_pos_max(mem_dft_, seq_) < p0) return true;
+    return trim(mem_dft_, p0);
+}
+
 void Sequence::rollback_failed(const char * what) {
     end_with_error(SA_ERR_DECODE, std::string("rolling back rejected draft tokens failed: ") + what +
                    "; the request ended here and the session is ready for the next one");
@@ -263,7 +269,7 @@ bool Sequence::end_draft() {
     note_draft_in_use();
     if (s_.ctx_dft) {
         if (s_.use_ckpt_dft && !rb_.dft.restore(s_.ctx_dft, seq_)) return rollback_failed("restoring the draft context's state"), false;
-        if (mem_dft_ && !trim(mem_dft_, rb_.pos_max + 1)) return rollback_failed("the draft context refused llama_memory_seq_rm"), false;
+        if (!trim_draft(rb_.pos_max + 1)) return rollback_failed("the draft context refused llama_memory_seq_rm"), false;
     }
     return true;
 }
@@ -438,7 +444,7 @@ void Sequence::verified(const common_batch & batch, int64_t t_us, int32_t n_othe
     rb_.has_tgt = false;
     t_part = prof_.now();
     if (!trim(mem_tgt_, n_past_)) return rollback_failed("the target refused llama_memory_seq_rm");
-    if (mem_dft_ && !trim(mem_dft_, n_past_)) return rollback_failed("the draft context refused llama_memory_seq_rm");
+    if (!trim_draft(n_past_)) return rollback_failed("the draft context refused llama_memory_seq_rm");
     prof_.add(kPartTrim, t_part);
     t_part = prof_.now();
     deliver(terminal, eog_id);

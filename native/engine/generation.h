@@ -214,6 +214,10 @@ private:
     RollbackPrice rollback_price() const;
     bool needs_checkpoint(int32_t n) const { return s_.use_ckpt_tgt || (n_rs_ > 0 && n > n_rs_); }
     bool trim(llama_memory_t mem, llama_pos p0);
+    // Trims the draft context from p0 on where it holds a position there: a step
+    // whose drafter decoded nothing on it (a cheap or no draft, a dropped
+    // model arm) has nothing to remove, and calls nothing.
+    bool trim_draft(llama_pos p0);
     void rollback_failed(const char * what);
     bool roll_back(llama_tokens && ids, common_sampler_ptr && smpl_save);
     int emit(const llama_tokens & ids, int32_t i0, llama_token * eog_id);
