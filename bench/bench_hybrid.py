@@ -25,10 +25,15 @@ ids whose continuation barely repeats; after one warm-up per mode the
 repeats go round-robin over the modes. Speed is decode tokens/s (the prompt
 prefill left out); the table shows medians, and per-step figures of the last
 run (``rest``: the step's time outside drafting, the decode and sampling:
-rollback, trims, events). The breakdown table times every step of one more
-run per mode and gives the medians over the steps that verified no draft,
-and over those that verified one (a rollback's restore is charged to the
-verify of the step after it).
+rollback, trims, events). The breakdown table profiles every step of one
+more run per mode (``spec_actor.nif.testing.profile_steps``) and gives the
+medians by part over the steps that verified no draft, and over those that
+verified one: the cheap arms' ``proposals``, the rest of drafting
+(``choice``: auto's choice and the model arm's draft), the target's
+``checkpoint`` before verifying, its ``decode``, ``sample``, the draft
+context's ``feed`` of the committed tokens, the drafter's ``observe``, the
+memories' ``trim``, events (``emit``), a checkpoint ``restore``, and
+``other``: the step's time outside those (the engine's loop and batch).
 
 Targets: on every model, auto and auto+mtp >= 0.98x plain and >= 0.95x the
 better of plain and fixed MTP; greedy output of every mode equal to plain's
@@ -48,7 +53,8 @@ from typing import Any
 
 from _common import Rates, Report, Table, Target, add_report_options, targets_table
 
-from spec_actor import Model, RunResult, Session, Spec, Stats, load_model
+from spec_actor import Model, RunResult, Session, Spec, load_model
+from spec_actor.nif import testing as nt
 from spec_actor.testing import tiny_models as tm
 
 N_CTX = 1024
@@ -76,47 +82,52 @@ CONFIGS = {
 }
 MODES = {"plain": Spec("none"), "mtp 3": Spec("mtp", n_draft=3), "auto": Spec("auto"), "auto+mtp": Spec("auto")}
 LOADS_MTP = {"plain": False, "mtp 3": True, "auto": False, "auto+mtp": True}
-PARTS = ("draft", "verify", "sample", "rest")
+# The step profile's parts (spec_actor.nif.testing.STEP_PARTS) as the breakdown shows them; "other" is the
+# step's time outside them (the engine's loop, the batch, the run's bookkeeping).
+PARTS = ("proposals", "choice", "checkpoint", "decode", "sample", "feed", "observe", "trim", "emit", "restore",
+         "other")
 
 
-def run(model: Model, spec: Spec, tokens: int, threads: int | None, on_events: Any = None) -> RunResult:
-    """One fresh session's greedy run."""
+def run(model: Model, spec: Spec, tokens: int, threads: int | None, profile: list[dict[str, int]] | None = None,
+        arm: dict[str, Any] | None = None) -> RunResult:
+    """One fresh session's greedy run; profile: receives its steps' time by part; arm: auto's model arm after it."""
     with Session(model, spec=spec, n_ctx=N_CTX, n_threads=threads) as session:
-        result = session.run(PROMPT, max_tokens=tokens, temp=0.0, emit_stats_every=1 if on_events else 0,
-                             on_events=on_events)
+        if profile is not None:
+            nt.profile_steps(session._handle, True)
+        result = session.run(PROMPT, max_tokens=tokens, temp=0.0)
+        if profile is not None:
+            profile.extend(nt.take_step_profile(session._handle))
+        if arm is not None and spec.type == "auto":
+            arm["batches"], arm["dropped"] = nt.auto_model_arm(session._handle)
     if result.status not in ("done", "eog"):
         raise SystemExit(f"run ended with {result.status}: {result.terminal}")
     return result
 
 
-def step_parts(before: Any, after: Any) -> dict[str, float]:
-    """One step's time by part (µs), from the stats snapshots around it."""
-    t0, t1 = before.timing_us, after.timing_us
-    parts = {p: float(getattr(t1, p) - getattr(t0, p)) for p in PARTS if p != "rest"}
-    parts["rest"] = float(t1.total - t0.total) - sum(parts.values())
+def step_parts(record: dict[str, int]) -> dict[str, float]:
+    """One profiled step's time by part (µs), "other" what its whole time holds beside them."""
+    parts = {p: float(record[p]) for p in PARTS if p != "other"}
+    parts["other"] = float(record["step"]) - sum(parts.values())
+    parts["step"] = float(record["step"])
     return parts
 
 
 def medians(steps: list[dict[str, float]]) -> dict[str, float]:
-    """Median of each part over steps (0 when there are none), and their count."""
-    out = {p: statistics.median(s[p] for s in steps) if steps else 0.0 for p in PARTS}
+    """Median of each part and of the whole step over steps (0 when there are none), and their count."""
+    out = {p: statistics.median(s[p] for s in steps) if steps else 0.0 for p in (*PARTS, "step")}
     out["steps"] = float(len(steps))
     return out
 
 
 def step_breakdown(model: Model, spec: Spec, tokens: int, threads: int | None) -> dict[str, dict[str, float]]:
     """Median µs by part of one run's steps: those that verified no draft, and those that verified one."""
-    snaps: list[Any] = []
-
-    def collect(events: list[Any]) -> bool:
-        snaps.extend(e.snapshot for e in events if isinstance(e, Stats))
-        return True
-
-    run(model, spec, tokens, threads, collect)
-    # a stats event follows every step that made a token; a step that only rolled back made none
-    pairs = [(a, b) for a, b in zip(snaps, snaps[1:]) if b.iters - a.iters == 1]
-    return {"undrafted": medians([step_parts(a, b) for a, b in pairs if b.drafts_generated == a.drafts_generated]),
-            "drafted": medians([step_parts(a, b) for a, b in pairs if b.drafts_generated > a.drafts_generated])}
+    profile: list[dict[str, int]] = []
+    arm: dict[str, Any] = {}
+    run(model, spec, tokens, threads, profile, arm)
+    steps = [step_parts(r) for r in profile]
+    drafted = [r["n_draft"] > 0 for r in profile]
+    return {"undrafted": medians([s for s, d in zip(steps, drafted) if not d]),
+            "drafted": medians([s for s, d in zip(steps, drafted) if d]), "model_arm": arm}
 
 
 def measure(name: str, config: Config, folder: Path, reps: int, tokens: int, threads: int | None) -> dict[str, Any]:
@@ -170,13 +181,18 @@ def report_table(report: dict[str, Any]) -> Table:
 
 def breakdown_table(results: list[dict[str, Any]]) -> Table:
     """Median µs by part of the steps that verified no draft, and of those that verified one."""
-    table = Table(("model", "mode", "step", "steps", *(f"{p} µs" for p in PARTS), "total µs"), "lllrrrrrr")
+    table = Table(("model", "mode", "step", "steps", *PARTS, "step µs", "model arm"),
+                  "lllr" + "r" * (len(PARTS) + 1) + "l")
     for res in results:
         for mode, kinds in res["steps"].items():
-            for kind, b in kinds.items():
+            arm = kinds["model_arm"]
+            # batches auto's model arm read in the run, and whether it ended dropped
+            arm_text = f"{arm['batches']} batches{', dropped' if arm['dropped'] else ''}" if arm else ""
+            for kind in ("undrafted", "drafted"):
+                b = kinds[kind]
                 if b["steps"]:
                     table.add(res["model"], mode, kind, f"{b['steps']:.0f}", *(f"{b[p]:.0f}" for p in PARTS),
-                              f"{sum(b[p] for p in PARTS):.0f}")
+                              f"{b['step']:.0f}", arm_text)
     return table
 
 

@@ -289,6 +289,31 @@ def test_hybrid_checkpoint_reverify_counters_match_the_events(hybrid_model, plai
         assert st.accepted == st.tokens - 1 - (1 if st.accepted < st.drafted else 0), st
 
 
+def test_the_step_profile_records_every_verification_once(hybrid_model, plain_tokens):
+    """The step profile (sa_testing_profile_steps, decision 0110) keeps one record per verification: a draft
+    that a checkpoint restore undid and its re-verification are two, counted as the statistics count them
+    (one step, the draft's tokens once). Its parts lie within the step. It records only the runs that
+    start while it is on.
+    """
+    with Session(hybrid_model, n_ctx=N_CTX, spec=ngram_spec("ngram-simple"), **CTX) as session:
+        assert nt.take_step_profile(session._handle) == []
+        nt.profile_steps(session._handle, True)
+        result = session.run(PROMPT, max_tokens=N, temp=0.0)
+        records = nt.take_step_profile(session._handle)
+        nt.profile_steps(session._handle, False)
+        session.run(PROMPT, max_tokens=8, temp=0.0)
+        assert nt.take_step_profile(session._handle) == []
+    assert result.tokens == plain_tokens
+    stats = result.stats
+    reverified = [r for r in records if r["reverify"]]
+    assert reverified, "no draft was rolled back: the checkpoint branch never ran"
+    assert len(records) - len(reverified) == stats.iters
+    assert sum(r["n_draft"] for r in records if not r["reverify"]) == stats.drafts_generated
+    parts = [p for p in nt.STEP_PARTS if p != "step"]
+    for r in records:
+        assert all(r[p] >= 0 for p in parts) and sum(r[p] for p in parts) <= r["step"], r
+
+
 # -- cancellation --------------------------------------------------------------------------
 
 

@@ -20,6 +20,7 @@ extern "C" {
 #endif
 
 /* CDEF-BEGIN */
+#define SA_STEP_PROFILE_FIELDS 13
 /* sa_testing_top2 runs a plain forward pass over tokens (clearing the
  * session's memory before and after) and reports the two most likely next
  * tokens and logit(top1) - logit(top2). */
@@ -141,6 +142,16 @@ sa_status sa_testing_threads_in_use(const sa_session * session, int32_t * n_thre
  * (n >= 1; 0 cancels) succeeds in llama.cpp and then ends its runs with an
  * Error event, as a failed decode would, after the memory changed. */
 sa_status sa_testing_fail_decode(sa_session * session, int32_t n);
+/* Step profile, for benchmarks: with on = 1, the runs that start from now
+ * on record each step that verified something, by part (native/session/
+ * step_profile.h); 0 stops it for the runs that start later. */
+sa_status sa_testing_profile_steps(sa_session * session, int32_t on);
+/* Between runs: moves up to cap of the recorded steps, oldest first, into
+ * out, SA_STEP_PROFILE_FIELDS int64 values each (tokens drafted beside the
+ * verified one, 1 for a re-verification, then microseconds by part:
+ * proposals, choice, checkpoint, decode, sample, feed, observe, trim, emit,
+ * restore, whole step); *n: records moved. Those left stay for the next call. */
+sa_status sa_testing_take_step_profile(sa_session * session, int64_t * out, int32_t cap, int32_t * n);
 /* CDEF-END */
 
 #ifdef __cplusplus

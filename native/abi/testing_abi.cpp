@@ -17,7 +17,9 @@
 
 #include <algorithm>
 #include <cstring>
+#include <iterator>
 #include <memory>
+#include <mutex>
 #include <utility>
 
 using namespace sa;
@@ -398,5 +400,34 @@ extern "C" sa_status sa_testing_auto_step_cost(const sa_session * s, double * ou
     for (int32_t n = 0; n < n_out; ++n) out[n] = cost.at(n);
     *calibrated = cost.calibrated() && !cost.fixed() ? 1 : 0;
     *scale = cost.scale();
+    return SA_OK;
+}
+
+extern "C" sa_status sa_testing_profile_steps(sa_session * s, int32_t on) {
+    if (s == nullptr) return fail(SA_ERR_INVALID_ARG, "sa_testing_profile_steps: null session");
+    armed_hooks(*s).profile.on.store(on != 0);
+    return SA_OK;
+}
+
+extern "C" sa_status sa_testing_take_step_profile(sa_session * s, int64_t * out, int32_t cap, int32_t * n) {
+    static_assert(SA_STEP_PROFILE_FIELDS == 2 + kStepParts, "the ABI's record width is the profile's");
+    if (s == nullptr || out == nullptr || n == nullptr || cap < 0) {
+        return fail(SA_ERR_INVALID_ARG, "sa_testing_take_step_profile: null argument or cap < 0");
+    }
+    *n = 0;
+    TestHooks * hooks = s->test_hooks.load(std::memory_order_acquire);
+    if (hooks == nullptr) return SA_OK;
+    StepProfileSink & sink = hooks->profile;
+    std::lock_guard<std::mutex> lock(sink.mu);
+    const int32_t k = std::min(cap, (int32_t) sink.records.size());
+    for (int32_t i = 0; i < k; ++i) {
+        const StepRecord & r = sink.records[(size_t) i];
+        int64_t * row = out + (size_t) i * SA_STEP_PROFILE_FIELDS;
+        row[0] = r.n_draft;
+        row[1] = r.reverify;
+        std::copy(std::begin(r.us), std::end(r.us), row + 2);
+    }
+    sink.records.erase(sink.records.begin(), sink.records.begin() + k);
+    *n = k;
     return SA_OK;
 }

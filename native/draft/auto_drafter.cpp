@@ -117,7 +117,7 @@ void AutoDrafter::init(common_params_speculative base, common_speculative * mode
                        int32_t model_n_max, TokenMemory * memory, const llama_vocab * vocab, llama_seq_id seq,
                        bool shared) {
     n_cap_ = base.draft.n_max;
-    model_.init(model, model_id, std::min(model_n_max, n_cap_), base.draft.ctx_dft, seq, shared);
+    model_.init(model, model_id, std::min(model_n_max, n_cap_), base.draft.ctx_tgt, base.draft.ctx_dft, seq, shared);
     base.draft.ctx_dft = nullptr;
     base_ = base;
     memory_ = memory;
@@ -205,13 +205,16 @@ void AutoDrafter::draft(const DraftInput & in, llama_tokens & draft) {
     pending_ = true;
     ++steps_;
     choice_ = CheapChoice{};
+    proposals_us_ = 0;
     const int32_t n_max = std::min(in.n_max, n_cap_);
     if (n_max <= 0) return;
+    const int64_t t_proposals = ggml_time_us();
     const DraftInput capped{n_max, in.n_past, in.id_last, in.prompt_tgt};
     for (DraftArm & arm : cheap_) {
         if (arm.spec != nullptr) arm.draft(capped);
     }
     propose_from_matches(n_max);
+    proposals_us_ = ggml_time_us() - t_proposals;
 
     // Until a step was timed, costs are in the cost line's relative units:
     // leave draft times out of them.

@@ -94,6 +94,8 @@ public:
     bool catches_up() const override { return model_.catches_up(); }
     // The first token is due as soon as the prompt is in: its step drafts nothing.
     bool drafts_first_token() const override { return false; }
+    int64_t proposals_us() const override { return proposals_us_; }
+    void before_prompt() override { model_.before_prompt(); }
 
     // The model arm's state, for tests and print_stats: batches it processed
     // (this session) and whether it is dropped now.
@@ -122,6 +124,7 @@ private:
     int32_t last_n_ = 0;  // length of the last draft
     double expected_ = 1.0;  // tokens the last draft's step is expected to make
     bool pending_ = false;  // draft() ran and observe() has not yet
+    int64_t proposals_us_ = 0;  // the last draft()'s cheap proposals
     double first_prior_ = PositionAcceptance::kGreedyFirstPrior;
 
     // The cheap arms' best choice of this step, kept while a model draft is pending.

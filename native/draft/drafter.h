@@ -107,6 +107,12 @@ public:
     // step drafts nothing (docs/decisions/0049), and a greedy request may
     // take it from the prompt's last row instead (docs/decisions/0080).
     virtual bool drafts_first_token() const { return true; }
+    // Of the last draft()'s time, what its cheap proposals took (auto's
+    // n-gram and lookup arms), for the step profile (step_profile.h); 0: none.
+    virtual int64_t proposals_us() const { return 0; }
+    // A run starts, before its prompt is decoded (auto: a dropped model arm
+    // has the target keep the rows that may take it back, decision 0110).
+    virtual void before_prompt() {}
 };
 
 // Flags sequence seq of a common_speculative to draft at most in.n_max

@@ -6,6 +6,10 @@
 
 #include <algorithm>
 
+// llama.cpp's own (src/llama-ext.h, exported but not installed): whether a
+// context copies out the hidden rows an MTP head reads (nextn embeddings).
+void llama_set_embeddings_nextn(struct llama_context * ctx, bool value, bool masked);
+
 namespace sa {
 
 namespace {
@@ -21,9 +25,13 @@ constexpr double kNetDecay = 1.0 - 1.0 / 32.0;
 constexpr uint64_t kJudgeAfter = 16;
 }  // namespace
 
-void ModelArm::init(common_speculative * model, int32_t model_id, int32_t n_max, llama_context * ctx_dft,
-                    llama_seq_id seq, bool shared) {
+void ModelArm::init(common_speculative * model, int32_t model_id, int32_t n_max, llama_context * ctx_tgt,
+                    llama_context * ctx_dft, llama_seq_id seq, bool shared) {
+    ctx_tgt_ = ctx_tgt;
     ctx_dft_ = ctx_dft;
+    dropped_ = false;
+    // as llama.cpp's MTP drafter set it up: every row of every target decode
+    reads_hidden_rows_ = model != nullptr && model_id == SA_SPEC_DRAFT_MTP && ctx_tgt != nullptr && !shared;
     shared_ = shared;
     lazy_ = model != nullptr && model_id == SA_SPEC_DRAFT_SIMPLE && ctx_dft_ != nullptr;
     dft_trimmable_ = ctx_dft_ != nullptr && common_context_can_seq_rm(ctx_dft_) == COMMON_CONTEXT_SEQ_RM_TYPE_PART;
@@ -44,6 +52,7 @@ void ModelArm::begin(const RunStart & start) {
         if (!dropped_) admit();  // judged afresh; a dropped arm waits for its context to start over
     }
     if (arm_.spec != nullptr && !dropped_) common_speculative_begin(arm_.spec, arm_.seq, start.prompt_tgt);
+    if (dropped_) extract_hidden_rows(false);  // the prompt did not take it back
     process_us_ = 0;  // the prompt's batches (after a run that ended mid-step) are not a step's
 }
 
@@ -55,6 +64,7 @@ void ModelArm::start_step(llama_pos n_past) {
 bool ModelArm::asks(uint64_t step, int32_t n, const Alternative & alt, double first_prior, const StepPrice & price,
                     const BatchShare & share, const RollbackPrice & rb) {
     arm_.accept.expected(arm_.expected, first_prior);
+    first_prior_ = first_prior;
     const double d_m = alt.timed && arm_.costed ? arm_.cost_us : 0.0;
     const double rate = best_length(arm_.expected, price.cost(), n, n, alt.draft_us + d_m, alt.sample_us, 0, share, rb).rate;
     const bool on_merit = rate > alt.rate * kLongerMustBeat;
@@ -114,6 +124,14 @@ bool ModelArm::process(const common_batch & batch, bool in_step_now) {
     return ok;
 }
 
+void ModelArm::before_prompt() {
+    if (dropped_) extract_hidden_rows(true);
+}
+
+void ModelArm::extract_hidden_rows(bool on) {
+    if (reads_hidden_rows_) llama_set_embeddings_nextn(ctx_tgt_, on, /* masked = */ false);
+}
+
 void ModelArm::admit() {
     dropped_ = false;
     net_us_ = 0;
@@ -148,24 +166,30 @@ void ModelArm::judge(size_t n_made, const Alternative & alt, const StepPrice & p
     const double made = (double) n_made;
     const double earned = alt_rate_ > 0 ? made / alt_rate_ - (step_us_ + sample_us_ * made) : 0.0;
     net_us_ = kNetDecay * net_us_ + earned - (double) process_us_;
-    const bool hopeless = never_pays((double) process_us_, alt, price);
+    // after its first draft the arm is priced as the chooser prices it; one
+    // that loses to plain even so would only pay for its feed until the ledger's window ends
+    const bool drafted = judged_drafts_ > 0 && arm_.costed;
+    if (drafted) arm_.accept.expected(arm_.expected, first_prior_);
+    const double expected = drafted ? expected_at(arm_.expected, n_max_) : (double) (n_max_ + 1);
+    const bool hopeless = loses_to_plain(expected, (double) process_us_, alt, price);
     process_us_ = 0;
     ++judged_steps_;
     if (judged_drafts_ > 0 && (hopeless || (judged_steps_ >= kJudgeAfter && net_us_ < 0))) {
         dropped_ = true;
         drop_pos_ = step_pos_;
+        extract_hidden_rows(false);
     }
 }
 
-bool ModelArm::never_pays(double process_us, const Alternative & alt, const StepPrice & price) const {
+bool ModelArm::loses_to_plain(double tokens, double process_us, const Alternative & alt, const StepPrice & price) const {
     // a step's sampling can take under a microsecond (0 measured): seen is what counts
     if (!arm_.costed || !price.timed() || !price.sample_seen()) return false;
     const int32_t n = n_max_;
     const StepCost & cost = price.cost();
     const double s = price.sample_us();
     const double fixed = alt.draft_us + s;  // what every step pays, the plain one too
-    const double best = (double) (n + 1) / (cost.at(n) + fixed + arm_.cost_us + process_us + s * (double) n);
-    return best < 1.0 / (cost.at(0) + fixed);
+    const double rate = tokens / (cost.at(n) + fixed + arm_.cost_us + process_us + s * (tokens - 1.0));
+    return rate < 1.0 / (cost.at(0) + fixed);
 }
 
 bool ModelArm::catch_up(const DraftInput & in) {

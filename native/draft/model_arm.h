@@ -9,9 +9,11 @@
 //   batch and are fed always.
 // - its economics: an arm fed every batch pays its processing time each
 //   step, and is dropped once it costs more than it earns (docs/decisions/0062),
-//   or right after its first draft when even its best case is slower than a
-//   plain step (docs/decisions/0077), until a run's prompt finds its context
-//   in step again.
+//   or right after a draft when even its best case, or the rate its
+//   acceptance model expects, is slower than a plain step (docs/decisions/0077,
+//   0110), until a run's prompt finds its context in step again. Dropped, it
+//   costs nothing per step: the target no longer copies out the hidden rows
+//   MTP reads, except while a prompt that may take it back is decoded.
 #pragma once
 
 #include "draft/draft_arm.h"
@@ -39,11 +41,16 @@ class ModelArm {
 public:
     // model: the session's model drafter (null: none) with its drafter id
     // (sa_spec_type) and the length it drafts (at most auto's ceiling);
-    // ctx_dft: its draft context (null: none), seq: this drafter's sequence
-    // there; shared: that context serves other sequences too, and the engine
-    // feeds it each batch once (docs/decisions/0069): the arm is never dropped.
-    void init(common_speculative * model, int32_t model_id, int32_t n_max, llama_context * ctx_dft, llama_seq_id seq,
-              bool shared);
+    // ctx_tgt: the target, ctx_dft: its draft context (null: none), seq:
+    // this drafter's sequence there; shared: that context serves other
+    // sequences too, and the engine feeds it each batch once
+    // (docs/decisions/0069): the arm is never dropped.
+    void init(common_speculative * model, int32_t model_id, int32_t n_max, llama_context * ctx_tgt,
+              llama_context * ctx_dft, llama_seq_id seq, bool shared);
+    // A run's prompt is about to be decoded: a dropped arm that reads the
+    // target's hidden rows has the target extract them again, so that a
+    // prompt batch that finds its context in step can take it back.
+    void before_prompt();
     // Start of a run: fresh forgets what was learned of it (and a dropped
     // arm waits for its context to start over); its drafter begins unless dropped.
     void begin(const RunStart & start);
@@ -99,7 +106,13 @@ private:
     bool shared_ = false;               // its context serves other sequences too
     bool warm_ = false;                 // it drafted last: feed its context
     bool drafted_ = false;              // it has drafted once (it may accept)
+    llama_context * ctx_tgt_ = nullptr;
     llama_context * ctx_dft_ = nullptr;
+    // MTP reads the target's hidden rows of every batch (llama.cpp's nextn
+    // embeddings), which the target extracts for it on each decode: a dropped
+    // arm turns that off until a prompt may take it back (decision 0110).
+    bool reads_hidden_rows_ = false;
+    void extract_hidden_rows(bool on);
     common_batch catch_up_batch_;
     bool catch_up(const DraftInput & in);
 
@@ -113,7 +126,7 @@ private:
     // earn the time the best choice without it would have needed for their
     // tokens. net_us_ is the decayed sum of the two (earned minus paid) since
     // the arm was admitted; negative after kJudgeAfter steps (or, after its
-    // first draft, hopeless: never_pays), it is dropped:
+    // first draft, hopeless: loses_to_plain), it is dropped:
     // it neither drafts nor reads batches until a run's prompt batch finds
     // its context in step (in_step), which re-admits it.
     bool dropped_ = false;
@@ -130,10 +143,15 @@ private:
     uint64_t batches_ = 0;
     void admit();
     void judge(size_t n_made, const Alternative & alt, const StepPrice & price);
-    // Its longest draft, every token accepted, would still make fewer tokens
-    // per microsecond than a plain step, given what the arm's drafting and
-    // this step's processing cost: it can never pay, and is dropped at once.
-    bool never_pays(double process_us, const Alternative & alt, const StepPrice & price) const;
+    // Its longest draft making `tokens` tokens would make fewer tokens per
+    // microsecond than a plain step, given what the arm's drafting and this
+    // step's processing cost. With every token accepted (n + 1), it can never
+    // pay (decision 0077); with the tokens its acceptance model expects (what
+    // the chooser itself would price it at), it does not pay on what it has
+    // shown: either drops it at once, before the ledger's window of feeding
+    // (decision 0110).
+    bool loses_to_plain(double tokens, double process_us, const Alternative & alt, const StepPrice & price) const;
+    double first_prior_ = 0;        // the acceptance prior its drafts are priced with (asks())
     bool in_step(const common_batch & batch) const;
 };
 

@@ -19,7 +19,9 @@ Sequence::Sequence(sa_session & s, Slot & slot, const sa_run_params & p, common_
       mem_dft_(s.ctx_dft ? llama_get_memory(s.ctx_dft) : nullptr), n_ctx_(s.n_ctx_seq),
       n_rs_((int32_t) llama_n_rs_seq(s.ctx_tgt)), drafter_(slot.drafter.get()), stats_(*slot.stats), prefix_(*slot.prefix),
       n_logprobs_(n_logprobs), argmax_(picks_argmax(vocab_, p.sampling)),
-      hooks_(s.test_hooks.load(std::memory_order_acquire)) {}
+      hooks_(s.test_hooks.load(std::memory_order_acquire)) {
+    prof_.start(hooks_ != nullptr ? &hooks_->profile : nullptr);
+}
 
 void Sequence::end_with_error(int code, const std::string & msg) {
     errored_ = true;
@@ -37,6 +39,7 @@ void Sequence::emit_stats(int kind, llama_token eog_id) {
 
 void Sequence::start() {
     t_start_ = ggml_time_us();
+    if (drafter_) drafter_->before_prompt();
     next_stats_at_ = p_.emit_stats_every;
     if (s_.forget.exchange(false)) s_.memory.clear();
     const bool forget = slot_.forget.exchange(false);
@@ -59,6 +62,7 @@ bool Sequence::fuses_first_token() const {
 
 void Sequence::finish(sa_status st) {
     if (ended_) return;
+    prof_.end();
     if (phase_ != Phase::Start) {
         keep_prefix(st);
         if (drafter_) drafter_->end();
@@ -91,6 +95,7 @@ void Sequence::keep_prefix(sa_status st) {
 
 
 bool Sequence::begin_step() {
+    prof_.begin_step();
     step_ = StepPart{};
     if (ended_) return false;
     if (phase_ == Phase::Start) start();
@@ -199,6 +204,7 @@ bool Sequence::add_verify(common_batch & batch) {
         }
         rb_.has_tgt = true;
         step_.t_checkpoint_us = ggml_time_us() - t_save;
+        prof_.add_us(kPartCheckpoint, step_.t_checkpoint_us);
         slot_.rollback_cost.saved(step_.t_checkpoint_us);
     }
     step_.i_verify = batch.add(id_last_, n_past_, seq_, true);
@@ -210,6 +216,11 @@ bool Sequence::add_verify(common_batch & batch) {
 bool Sequence::trim(llama_memory_t mem, llama_pos p0) {
     if (hooks_ != nullptr && hooks_->take_seq_rm_refusal()) return false;
     return llama_memory_seq_rm(mem, seq_, p0, -1);
+}
+
+bool Sequence::trim_draft(llama_pos p0) {
+    if (mem_dft_ == nullptr || llama_memory_seq_pos_max(mem_dft_, seq_) < p0) return true;
+    return trim(mem_dft_, p0);
 }
 
 void Sequence::rollback_failed(const char * what) {
@@ -231,6 +242,8 @@ bool Sequence::draft_step(int32_t room, bool defer) {
     const int64_t t0 = ggml_time_us();
     drafter_->draft(DraftInput{n_budget, n_past_, id_last_, prompt_tgt_, share_, defer, rollback_price()}, draft_);
     step_.t_draft_us = ggml_time_us() - t0;
+    prof_.add_us(kPartArms, drafter_->proposals_us());
+    prof_.add_us(kPartChoose, step_.t_draft_us - drafter_->proposals_us());
     step_.n_pending_max = n_budget;
     return drafter_->pending() || end_draft();
 }
@@ -245,6 +258,7 @@ bool Sequence::draft_pending() const { return step_.verify == Verify::Draft && d
 bool Sequence::finish_draft(int64_t t_us) {
     drafter_->finish_draft(draft_, t_us);
     step_.t_draft_us += t_us;
+    prof_.add_us(kPartChoose, t_us);
     if (end_draft()) return true;
     step_.verify = Verify::Nothing;
     return false;
@@ -255,7 +269,7 @@ bool Sequence::end_draft() {
     note_draft_in_use();
     if (s_.ctx_dft) {
         if (s_.use_ckpt_dft && !rb_.dft.restore(s_.ctx_dft, seq_)) return rollback_failed("restoring the draft context's state"), false;
-        if (mem_dft_ && !trim(mem_dft_, rb_.pos_max + 1)) return rollback_failed("the draft context refused llama_memory_seq_rm"), false;
+        if (!trim_draft(rb_.pos_max + 1)) return rollback_failed("the draft context refused llama_memory_seq_rm"), false;
     }
     return true;
 }
@@ -273,6 +287,7 @@ bool Sequence::roll_back(llama_tokens && ids, common_sampler_ptr && smpl_save) {
     smpl_ = std::move(smpl_save);
     n_past_ = (int32_t) prompt_tgt_.size();
     t_restore_us_ = ggml_time_us() - t0;
+    prof_.add_us(kPartRestore, t_restore_us_);
     slot_.rollback_cost.restored(t_restore_us_);
     return true;
 }
@@ -384,14 +399,21 @@ void Sequence::verified(const common_batch & batch, int64_t t_us, int32_t n_othe
                                : common_sampler_sample_and_accept_n(smpl_.get(), s_.ctx_tgt, idxs, draft_);
     const int64_t t_sample = ggml_time_us() - t_s0;
     stats_.add(&Counters::t_sample_us, t_sample);
+    prof_.verified(n_draft, step_.verify == Verify::Reverify);
+    prof_.add_us(kPartDecode, t_us);
+    prof_.add_us(kPartSample, t_sample);
     if (ids.empty()) return end_with_error(SA_ERR_INTERNAL, "the sampler returned no token");
     const int32_t n_accepted = (int32_t) ids.size() - 1;
     const int32_t n_rejected = n_draft - n_accepted;
     const bool rolls_back = n_rejected > 0 && rb_.has_tgt && (s_.use_ckpt_tgt || n_rejected > n_rs_);
     // a batch undone by a checkpoint restore is not read: its re-verification is
+    int64_t t_part = prof_.now();
     if (!rolls_back && !feed_committed(batch, n_accepted)) return drafter_failed();
+    prof_.add(kPartFeed, t_part);
+    t_part = prof_.now();
     // the drafter learns the decode's cost; its checkpoints are priced apart (decision 0091)
     if (drafter_) drafter_->observe(StepOutcome{ids, n_draft, step_.t_draft_us, t_us, t_sample, !rolls_back, n_others, priced});
+    prof_.add(kPartObserve, t_part);
     const int32_t drafter = n_draft == 0 || !drafter_ ? SA_SPEC_NONE : drafter_->last_drafter();
 
     if (rolls_back) {
@@ -414,13 +436,19 @@ void Sequence::verified(const common_batch & batch, int64_t t_us, int32_t n_othe
     }
     n_past_ += n_accepted;
 
+    t_part = prof_.now();
     llama_token eog_id = -1;
     const int terminal = emit(ids, step_.i_verify, &eog_id);
+    prof_.add(kPartEmit, t_part);
     draft_.clear();
     rb_.has_tgt = false;
+    t_part = prof_.now();
     if (!trim(mem_tgt_, n_past_)) return rollback_failed("the target refused llama_memory_seq_rm");
-    if (mem_dft_ && !trim(mem_dft_, n_past_)) return rollback_failed("the draft context refused llama_memory_seq_rm");
+    if (!trim_draft(n_past_)) return rollback_failed("the draft context refused llama_memory_seq_rm");
+    prof_.add(kPartTrim, t_part);
+    t_part = prof_.now();
     deliver(terminal, eog_id);
+    prof_.add(kPartEmit, t_part);
 }
 
 void Sequence::take_first_token(llama_token id, int32_t idx, int64_t t_sample_us) {

@@ -7,6 +7,7 @@
 #include "engine/engine.h"
 #include "report/event_batch.h"
 #include "session/session.h"
+#include "session/step_profile.h"
 
 #include "sampling.h"
 
@@ -130,6 +131,7 @@ private:
     const int32_t n_logprobs_;
     const bool argmax_;  // greedy with nothing that could change the pick: sample by argmax (sampler.h)
     TestHooks * const hooks_;  // the faults a test armed before the run started; null: none (session/test_hooks.h)
+    StepProfiler prof_;        // each verified step's time by part, when a benchmark asked (step_profile.h)
 
     Phase phase_ = Phase::Start;
     std::atomic<bool> ended_{false};
@@ -212,6 +214,10 @@ private:
     RollbackPrice rollback_price() const;
     bool needs_checkpoint(int32_t n) const { return s_.use_ckpt_tgt || (n_rs_ > 0 && n > n_rs_); }
     bool trim(llama_memory_t mem, llama_pos p0);
+    // Trims the draft context from p0 on where it holds a position there: a step
+    // whose drafter decoded nothing on it (a cheap or no draft, a dropped
+    // model arm) has nothing to remove, and calls nothing.
+    bool trim_draft(llama_pos p0);
     void rollback_failed(const char * what);
     bool roll_back(llama_tokens && ids, common_sampler_ptr && smpl_save);
     int emit(const llama_tokens & ids, int32_t i0, llama_token * eog_id);

@@ -243,3 +243,28 @@ def fail_decode(handle: SessionHandle, n: int) -> None:
     changed, the way a real failure midway would leave it.
     """
     check(lib.sa_testing_fail_decode(handle, n), "fail decode")
+
+
+STEP_PARTS = ("proposals", "choice", "checkpoint", "decode", "sample", "feed", "observe", "trim", "emit", "restore",
+              "step")
+
+
+def profile_steps(handle: SessionHandle, on: bool) -> None:
+    """Record each verified step's time by part in the runs that start from now on (or stop, for later runs)."""
+    check(lib.sa_testing_profile_steps(handle, 1 if on else 0), "profile steps")
+
+
+def take_step_profile(handle: SessionHandle, cap: int = 65536) -> list[dict[str, int]]:
+    """The steps recorded since the last call, oldest first (between runs).
+
+    Each is a dict: ``n_draft`` (tokens verified beside the first),
+    ``reverify`` (1: a rolled-back draft's accepted part verified again), and
+    the microseconds of each part in `STEP_PARTS` (``step``: the whole step,
+    from its start to the next one's).
+    """
+    width = lib.SA_STEP_PROFILE_FIELDS
+    out = ffi.new("int64_t[]", cap * width)
+    n = ffi.new("int32_t *")
+    check(lib.sa_testing_take_step_profile(handle, out, cap, n), "take step profile")
+    keys = ("n_draft", "reverify", *STEP_PARTS)
+    return [{k: out[i * width + j] for j, k in enumerate(keys)} for i in range(n[0])]
