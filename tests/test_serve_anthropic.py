@@ -341,7 +341,8 @@ async def test_thinking_blocks_are_the_assistants_reasoning_which_its_template_r
                                                             "signature": "unchecked"}, call]}, result]
     chat = {"tools": OPENAI_TOOLS, "messages": [
         plain[0], {"role": "assistant", "content": "", "reasoning_content": reasoning, "tool_calls": [
-            {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Oslo"}'}}]},
+            {"id": "call_1", "type": "function",
+             "function": {"name": "get_weather", "arguments": '{"city": "Oslo"}'}}]},
         {"role": "tool", "tool_call_id": "call_1", "content": "sunny"}]}
     async with serving(gemma, n_ctx=2048, chat_template=_template(QWEN3)) as server, http(server) as raw:
         without = await client(server).messages.count_tokens(model="m", tools=TOOLS, messages=plain)

@@ -28,7 +28,9 @@ def add_parser(sub: Subcommands) -> None:
         description="Serve the model with an OpenAI-compatible HTTP API: POST /v1/completions and "
                     "/v1/chat/completions (streamed or whole), GET /v1/models, /health and /metrics "
                     "(Prometheus), and llama-server's own routes (/completion, /tokenize, /detokenize, "
-                    "/apply-template, /props, /slots, ...). A client that hangs up cancels its generation. Ctrl-C or SIGTERM stops "
+                    "/apply-template, /props, /slots, ...), and Vertex AI's prediction route under "
+                    "AIP_MODE=PREDICTION (AIP_HTTP_PORT, AIP_PREDICT_ROUTE, AIP_HEALTH_ROUTE). A client that hangs "
+                    "up cancels its generation. Ctrl-C or SIGTERM stops "
                     "accepting, ends the running streams and exits; a second one exits at once. "
                     "Needs the serve extra: pip install 'spec_actor[serve]'.")
     add_model_options(p)
