@@ -30,7 +30,7 @@ from ._limits import ServeLimits
 from ._params import Job
 from ._prepare import Prepared, count_job_tokens, prepare_job
 from ._state import ServerState
-from ._timings import speculative_decoding
+from ._timings import speculation_fields
 from ._work import in_worker, read_body
 
 __all__ = ["MessagesAnswer", "count_message_tokens", "count_tokens", "error_body", "messages", "prepare_messages",
@@ -175,9 +175,12 @@ class MessagesAnswer(Answer):
                 "output_tokens": self.tokens}
 
     def _speculation(self) -> dict[str, Any]:
-        """vLLM's ``speculative_decoding``, as the chat completions carry it; not llama-server's ``timings``,
-        which llama-server leaves out of Anthropic's answers too (its suite checks that)."""
-        return {"speculative_decoding": speculative_decoding(self._stats())}
+        """llama-server's ``timings`` and vLLM's ``speculative_decoding``, as the chat completions carry them.
+
+        llama-server leaves ``timings`` out of Anthropic's answers; here every
+        response carries them (decision 0108).
+        """
+        return speculation_fields(self._stats(), self.tokens)
 
 
 def _tool_use(call: ToolCall) -> dict[str, Any]:
