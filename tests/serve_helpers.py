@@ -100,11 +100,12 @@ CLI = [sys.executable, "-m", "spec_actor.cli"]
 directory first on sys.path, and a checkout's root would shadow the installed package."""
 
 
-def start_cli_server(*args: str) -> tuple[subprocess.Popen[str], str]:
-    """Start ``spec-actor serve`` on a free port; return the process and its URL (from its stderr line)."""
+def start_cli_server(*args: str, env: dict[str, str] | None = None) -> tuple[subprocess.Popen[str], str]:
+    """Start ``spec-actor serve`` on a free port (``env`` added to its environment); return the process and
+    its URL (from its stderr line)."""
     proc = subprocess.Popen([*CLI, "serve", "--port", "0", "-c", "256", "-t", "1", *args],
                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=subprocess_env(), cwd=TESTS_DIR)
+                            env=subprocess_env() | (env or {}), cwd=TESTS_DIR)
     found: list[str] = []
 
     def read() -> None:

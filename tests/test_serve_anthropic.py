@@ -22,7 +22,7 @@ import jsonschema
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from serve_helpers import http, openai_client, serving
+from serve_helpers import error_of, http, openai_client, serving, sse_data
 from test_tools import FAMILIES, FEW_SHOT, _template
 from test_tools import TOOLS as CHAT_TOOLS
 
@@ -258,6 +258,11 @@ BAD = [  # (body beside a valid one, the field the error must name)
     ({"messages": [{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "a",
                                                  "content": [{"type": "image"}]}]}]},
      "messages[0].content[0].content[0]"),
+    ({"messages": [{"role": "user", "content": [{"type": "thinking", "thinking": "hm"}]}]},
+     "messages[0].content[0]"),
+    ({"messages": HI + [{"role": "assistant", "content": [{"type": "thinking"}]}]}, "messages[1].content[0].thinking"),
+    ({"messages": HI + [{"role": "assistant", "content": [{"type": "thinking", "thinking": 5}]}]},
+     "messages[1].content[0].thinking"),
     ({"system": 5}, "system"),
     ({"system": [{"type": "text", "text": 5}]}, "system[0].text"),
     ({"temperature": 1.5}, "temperature"),
@@ -320,6 +325,53 @@ async def test_a_stream_the_server_stops_ends_with_an_error_event(gemma):
     assert "message_stop" not in seen
     assert info.value.body == {"type": "error", "error": {"type": "overloaded_error", "message": (
         "the server is shutting down; retry against a running server")}}
+
+
+QWEN3 = "Qwen-Qwen3-0.6B"
+"""A reasoning model's template (llama.cpp's copy): it renders an assistant's ``reasoning_content`` in ``<think>``."""
+
+
+async def test_thinking_blocks_are_the_assistants_reasoning_which_its_template_renders(gemma):
+    # As llama-server converts them: an assistant's thinking blocks become its reasoning_content.
+    reasoning = "The user wants the files listed first."
+    call = {"type": "tool_use", "id": "call_1", "name": "get_weather", "input": {"city": "Oslo"}}
+    result = {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "call_1", "content": "sunny"}]}
+    plain = [{"role": "user", "content": "Weather in Oslo?"}, {"role": "assistant", "content": [call]}, result]
+    thought = [plain[0], {"role": "assistant", "content": [{"type": "thinking", "thinking": reasoning,
+                                                            "signature": "unchecked"}, call]}, result]
+    chat = {"tools": OPENAI_TOOLS, "messages": [
+        plain[0], {"role": "assistant", "content": "", "reasoning_content": reasoning, "tool_calls": [
+            {"id": "call_1", "type": "function",
+             "function": {"name": "get_weather", "arguments": '{"city": "Oslo"}'}}]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "sunny"}]}
+    async with serving(gemma, n_ctx=2048, chat_template=_template(QWEN3)) as server, http(server) as raw:
+        without = await client(server).messages.count_tokens(model="m", tools=TOOLS, messages=plain)
+        with_thinking = await client(server).messages.count_tokens(model="m", tools=TOOLS, messages=thought)
+        prompt = (await raw.post("/apply-template", json=chat)).json()["prompt"]
+        chat_tokens = (await raw.post("/chat/completions/input_tokens", json=chat)).json()["input_tokens"]
+        not_a_string = await raw.post("/apply-template", json={"messages": [
+            plain[0], {"role": "assistant", "content": "x", "reasoning_content": 5}]})
+        on_a_user = await raw.post("/v1/chat/completions", json={"messages": [
+            {"role": "user", "content": "x", "reasoning_content": "y"}]})
+    assert f"<think>\n{reasoning}\n</think>" in prompt
+    assert with_thinking.input_tokens == chat_tokens > without.input_tokens
+    assert error_of(not_a_string)["param"] == "messages[1].reasoning_content"
+    assert error_of(on_a_user)["param"] == "messages[0].reasoning_content"
+
+
+async def test_messages_carry_timings_and_the_speculation_figures(gemma):
+    # Every response carries timings and speculative_decoding (DESIGN.md), Anthropic's too, where
+    # llama-server leaves timings out: in the whole message and the stream's message_delta, nowhere else.
+    body = {"model": "m", "max_tokens": 4, "messages": HI}
+    async with serving(gemma) as server, http(server) as raw:
+        whole = (await raw.post("/v1/messages", json=body)).json()
+        events = sse_data((await raw.post("/v1/messages", json=body | {"stream": True})).text.splitlines())
+    (delta,) = [e for e in events if e["type"] == "message_delta"]
+    for shaped in (whole, delta):
+        assert shaped["timings"]["predicted_n"] == shaped["usage"]["output_tokens"]
+        figures = shaped["speculative_decoding"]
+        assert figures["num_accepted_draft_tokens"] <= figures["num_draft_tokens"]
+    assert [e["type"] for e in events if "timings" in e] == ["message_delta"]
 
 
 # Random bodies of Anthropic's shape: the names and block types it uses, with random values in every place.

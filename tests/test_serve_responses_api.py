@@ -213,7 +213,34 @@ async def test_input_items_count_as_their_chat_messages(gemma):
     assert got.json() == want.json() and got.json()["object"] == "response.input_tokens"
 
 
+async def test_llama_servers_telemetry_timings_per_token_and_prompt_progress(gemma):
+    # llama-server's extensions of the Responses stream: each delta's timings so far, the prompt's progress
+    body = {"input": "Count from one to ten.", "max_output_tokens": 12, "stream": True}
+    async with serving(gemma, prefix_cache=False) as server, http(server) as raw:
+        told = _events((await raw.post("/responses", json=body | {"timings_per_token": True,
+                                                                   "return_progress": True})).text)
+        plain = _events((await raw.post("/responses", json=body)).text)
+    done = told[-1][1]
+    assert told[-1][0] == "response.incomplete" and "timings" in done  # the budget ends it
+    usage = done["response"]["usage"]
+    (progress,) = [data["prompt_progress"] for _, data in told if "prompt_progress" in data]
+    assert told[1][1]["type"] == "response.in_progress" and "prompt_progress" in told[1][1]
+    assert progress["total"] == progress["processed"] == usage["input_tokens"]
+    assert progress["cache"] == usage["input_tokens_details"]["cached_tokens"] == 0 and progress["time_ms"] > 0
+    deltas = [data for _, data in told if data["type"] == "response.output_text.delta"]
+    counted = [d["timings"]["predicted_n"] for d in deltas]
+    assert deltas and all("timings" in d for d in deltas)
+    assert counted == sorted(set(counted)) and counted[-1] <= usage["output_tokens"] == done["timings"]["predicted_n"]
+    assert all(d["timings"]["prompt_n"] == usage["input_tokens"] for d in deltas)
+    # without the flags: neither, and the same events otherwise
+    assert not any("prompt_progress" in data or ("timings" in data and data["type"] != "response.incomplete")
+                   for _, data in plain)
+    assert [name for name, _ in plain] == [name for name, _ in told]
+
+
 BAD = [
+    ({"timings_per_token": "yes"}, "timings_per_token", "boolean"),
+    ({"return_progress": 1}, "return_progress", "boolean"),
     ({"input": None}, "input", "input must be"),
     ({"input": 5}, "input", "not integer"),
     ({"input": []}, "input", "non-empty"),

@@ -17,7 +17,7 @@ from ._common import (CliError, Subcommands, add_draft_options, add_model_option
                       open_model, positive_int, spec_from_options)
 
 if TYPE_CHECKING:
-    from ..serve import ServeLimits
+    from ..serve import ServeLimits, VertexRoutes
 
 DEFAULT_PORT = 8080
 
@@ -28,7 +28,9 @@ def add_parser(sub: Subcommands) -> None:
         description="Serve the model with an OpenAI-compatible HTTP API: POST /v1/completions and "
                     "/v1/chat/completions (streamed or whole), GET /v1/models, /health and /metrics "
                     "(Prometheus), and llama-server's own routes (/completion, /tokenize, /detokenize, "
-                    "/apply-template, /props, /slots, ...). A client that hangs up cancels its generation. Ctrl-C or SIGTERM stops "
+                    "/apply-template, /props, /slots, ...), and Vertex AI's prediction route under "
+                    "AIP_MODE=PREDICTION (AIP_HTTP_PORT, AIP_PREDICT_ROUTE, AIP_HEALTH_ROUTE). A client that hangs "
+                    "up cancels its generation. Ctrl-C or SIGTERM stops "
                     "accepting, ends the running streams and exits; a second one exits at once. "
                     "Needs the serve extra: pip install 'spec_actor[serve]'.")
     add_model_options(p)
@@ -159,6 +161,8 @@ def run(args: argparse.Namespace) -> int:
     limits = limits_from_options(args)  # before the model loads: a bad flag fails at once
     origins = _origins(args.cors_origins)
     template = _chat_template(args.chat_template)
+    vertex = _vertex()
+    port = vertex.port if vertex is not None and vertex.port is not None else args.port
     model = open_model(args, mtp=spec is not None and spec.is_mtp)
     api_key = args.api_key or _env_key()
     options = {"n_threads": args.threads} if args.threads else {}
@@ -166,11 +170,11 @@ def run(args: argparse.Namespace) -> int:
         options["prefix_cache"] = False
 
     async def serve() -> int:
-        async with open_server(model, host=args.host, port=args.port, pool=args.pool, spec=spec, api_key=api_key,
+        async with open_server(model, host=args.host, port=port, pool=args.pool, spec=spec, api_key=api_key,
                                n_ctx=args.n_ctx, max_queue=args.max_queue, max_body=args.max_body,
                                model_name=args.model_name, limits=limits, chat_template=template,
                                cors_origins=origins,
-                               vllm_metric_names=args.metrics_vllm_names, **options) as server:
+                               vllm_metric_names=args.metrics_vllm_names, vertex=vertex, **options) as server:
             with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
                 print(f"spec-actor: serving {server.state.model_name} on {server.url} "
                       f"(spec {server.pool.actors[0].spec.type}, pool {args.pool}, n_ctx {args.n_ctx}); "
@@ -185,7 +189,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         return trio.run(serve)
     except OSError as exc:
-        raise CliError(f"cannot serve on {args.host}:{args.port}: {exc.strerror or exc}") from None
+        raise CliError(f"cannot serve on {args.host}:{port}: {exc.strerror or exc}") from None
 
 
 def _spec(args: argparse.Namespace) -> Spec | None:
@@ -229,6 +233,20 @@ def _origins(text: str) -> tuple[str, ...]:
         return check_origins(o.strip() for o in text.split(",") if o.strip())
     except ConfigError as exc:
         raise CliError(f"argument --cors-origins: {exc.message}", exit_code=2) from None
+
+
+def _vertex() -> VertexRoutes | None:
+    """Vertex AI's routes and port when its variables say so (``AIP_MODE=PREDICTION``), as llama-server reads them.
+
+    Raises:
+        CliError: ``AIP_HTTP_PORT`` is not a port number.
+    """
+    from ..serve import VertexRoutes
+
+    try:
+        return VertexRoutes.from_env(os.environ)
+    except ValueError as exc:
+        raise CliError(str(exc), exit_code=2) from None
 
 
 def _env_key() -> str | None:

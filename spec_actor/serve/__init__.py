@@ -16,6 +16,7 @@ from ._errors import ApiError
 from ._limits import BodyLimits, GrammarLimits, ServeLimits
 from ._server import DEFAULT_MAX_BODY, Server, open_server
 from ._state import Cancellation, ServerState
+from ._vertex import VertexRoutes
 
 __all__ = ["DEFAULT_MAX_BODY", "ApiError", "BodyLimits", "Cancellation", "GrammarLimits", "ServeLimits", "Server",
-           "ServerState", "open_server"]
+           "ServerState", "VertexRoutes", "open_server"]

@@ -175,7 +175,11 @@ class MessagesAnswer(Answer):
                 "output_tokens": self.tokens}
 
     def _speculation(self) -> dict[str, Any]:
-        """llama-server's ``timings`` and vLLM's ``speculative_decoding``, as the chat completions carry them."""
+        """llama-server's ``timings`` and vLLM's ``speculative_decoding``, as the chat completions carry them.
+
+        llama-server leaves ``timings`` out of Anthropic's answers; here every
+        response carries them (decision 0108).
+        """
         return speculation_fields(self._stats(), self.tokens)
 
 

@@ -2,8 +2,9 @@
 
 ``POST /v1/messages`` (and ``/count_tokens``) take Anthropic's fields:
 ``messages`` of roles ``user`` and ``assistant`` whose ``content`` is text
-or a list of blocks (``text``, ``tool_use``, ``tool_result``; ``thinking``
-blocks are dropped), ``system``, ``max_tokens`` (required, as Anthropic
+or a list of blocks (``text``, ``tool_use``, ``tool_result``, and an
+assistant's ``thinking``, which becomes its ``reasoning_content`` as
+llama-server converts it; ``redacted_thinking`` is dropped), ``system``, ``max_tokens`` (required, as Anthropic
 requires it), ``temperature`` (0 to 1), ``top_p``, ``top_k``,
 ``stop_sequences``, ``stream``, ``tools`` (``name``, ``description``,
 ``input_schema``) and ``tool_choice`` (``auto``, ``any``, ``tool``,
@@ -29,7 +30,7 @@ __all__ = ["parse_messages"]
 
 _ROLES = ("user", "assistant")
 _UNSUPPORTED_BLOCKS = ("image", "document", "search_result", "container_upload")
-_IGNORED_BLOCKS = ("thinking", "redacted_thinking")  # the model's earlier reasoning: no template renders it
+_IGNORED_BLOCKS = ("redacted_thinking",)  # encrypted reasoning: nothing a template could render
 _CHOICES = {"auto": "auto", "any": "required", "none": "none"}  # and "tool": a named function
 
 
@@ -129,11 +130,14 @@ def _blocks(role: str, blocks: list[Any], where: str) -> list[dict[str, Any]]:
     texts: list[dict[str, str]] = []
     calls: list[dict[str, Any]] = []
     results: list[dict[str, Any]] = []
+    thoughts: list[str] = []
     for j, block in enumerate(blocks):
         at = f"{where}[{j}]"
         kind = block.get("type") if isinstance(block, dict) else None
         if kind == "text":
             texts.append({"type": "text", "text": _text_block(block, at)})
+        elif kind == "thinking":
+            thoughts.append(_thinking(block, role, at))
         elif kind == "tool_use":
             calls.append(_tool_use(block, role, at))
         elif kind == "tool_result":
@@ -148,7 +152,8 @@ def _blocks(role: str, blocks: list[Any], where: str) -> list[dict[str, Any]]:
             raise bad_request(f"{at}.type {short(kind)} is not a content block type: use text, tool_use or "
                               "tool_result", param=f"{at}.type", code="invalid_value")
     if role == "assistant":
-        return [{"role": "assistant", "content": texts} | ({"tool_calls": calls} if calls else {})]
+        return [{"role": "assistant", "content": texts} | ({"tool_calls": calls} if calls else {})
+                | ({"reasoning_content": "".join(thoughts)} if thoughts else {})]
     return results + ([{"role": "user", "content": texts}] if texts or not results else [])
 
 
@@ -157,11 +162,24 @@ def _text_block(block: object, at: str) -> str:
     if not isinstance(block, dict) or block.get("type") != "text":
         raise bad_request(f'{at} must be a text block {{"type": "text", "text": ...}}', param=at,
                           code="invalid_type")
-    text = block.get("text")
-    if not isinstance(text, str):
-        raise bad_request(f"{at}.text must be a string, not {json_type(text)}", param=f"{at}.text",
-                          code="invalid_type" if text is not None else "missing")
-    return text
+    return _string(block, "text", at)
+
+
+def _thinking(block: dict[str, Any], role: str, at: str) -> str:
+    """The text of an assistant's ``thinking`` block (its ``signature`` is not checked: nothing is signed here)."""
+    if role != "assistant":
+        raise bad_request(f"{at} is a thinking block, which only an assistant message holds", param=at,
+                          code="invalid_value")
+    return _string(block, "thinking", at)
+
+
+def _string(block: dict[str, Any], key: str, at: str) -> str:
+    """``block[key]``, which must be a string (a 400 naming ``at.key`` otherwise)."""
+    value = block.get(key)
+    if not isinstance(value, str):
+        raise bad_request(f"{at}.{key} must be a string, not {json_type(value)}", param=f"{at}.{key}",
+                          code="invalid_type" if value is not None else "missing")
+    return value
 
 
 def _tool_use(block: dict[str, Any], role: str, at: str) -> dict[str, Any]:

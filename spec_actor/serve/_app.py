@@ -20,10 +20,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from . import _anthropic, _completion, _infill, _llama, _openai, _ops, _responses_api
+from . import _anthropic, _completion, _infill, _llama, _openai, _ops, _responses_api, _vertex
 from ._auth import check_key
 from ._cors import cors_middleware
-from .._errors import SpecActorError
+from .._errors import ConfigError, SpecActorError
 from ._errors import ApiError, api_error_for
 from ._http import Exchange, HungUp, Receive, Scope, Send
 from ._state import ServerState
@@ -86,11 +86,18 @@ class App:
     With ``cors_origins`` (checked by `check_origins`; ``"*"`` for any),
     Starlette's CORS middleware answers their preflights and marks their
     responses; without, no cross-origin header is ever sent (`_cors`).
+    With ``vertex``, Vertex AI's prediction route (and health route) are
+    added (`_vertex`).
+
+    Raises:
+        ConfigError: a ``vertex`` route is already one of ``routes``.
     """
 
     def __init__(self, state: ServerState, routes: Sequence[RouteSpec] = ROUTES,
-                 cors_origins: Sequence[str] = ()) -> None:
+                 cors_origins: Sequence[str] = (), vertex: _vertex.VertexRoutes | None = None) -> None:
         self.state = state
+        if vertex is not None:
+            routes = [*routes, *_vertex_routes(self, routes, vertex)]
         middleware = cors_middleware(cors_origins, (r.method for r in routes))
         self.starlette = Starlette(routes=[_route(r, state) for r in routes], middleware=middleware,
                                    exception_handlers={HTTPException: _http_error, Exception: _server_error})
@@ -108,6 +115,20 @@ class App:
         if scope["type"] == "http":
             scope["path"] = scope["path"].rstrip("/") or "/"
         await self.starlette(scope, receive, send)
+
+
+def _vertex_routes(app: App, routes: Sequence[RouteSpec], vertex: _vertex.VertexRoutes) -> list[RouteSpec]:
+    """Vertex AI's prediction route, which runs each instance through ``app``, and its health route."""
+    taken = {r.path for r in routes}
+    for path in (vertex.predict, vertex.health):
+        if path in taken:
+            raise ConfigError(f"the Vertex AI route {path} (AIP_PREDICT_ROUTE or AIP_HEALTH_ROUTE) is already one "
+                              "of this server's routes; choose another path")
+    dispatch = _vertex.Dispatch(app, [(r.method, r.path) for r in routes], exclude=vertex.predict)
+    out = [RouteSpec("POST", vertex.predict, lambda exchange, state: _vertex.predict(exchange, state, dispatch))]
+    if vertex.health is not None:
+        out.append(RouteSpec("GET", vertex.health, _ops.health, needs_key=False))
+    return out
 
 
 def _route(spec: RouteSpec, state: ServerState) -> Route:

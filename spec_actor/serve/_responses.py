@@ -49,10 +49,14 @@ class Reply:
         return self._object(False, choices) | {"usage": usage(prompt_tokens, completion_tokens, cached_tokens)}
 
     def opening(self, index: int = 0) -> dict[str, Any] | None:
-        """The first chunk of choice ``index``'s stream, before any text: a chat's assistant role; none for completions."""
+        """The first chunk of choice ``index``'s stream, before any text: a chat's assistant role; none for completions.
+
+        Its ``content`` is null, as llama-server sends it (OpenAI sends ""; its schema allows both): a
+        client may take every content it gets for a piece of the text, which an empty one is not.
+        """
         if self.kind != "chat":
             return None
-        return self._object(True, [self._choice(index, {"role": "assistant", "content": ""}, None)])
+        return self._object(True, [self._choice(index, {"role": "assistant", "content": None}, None)])
 
     def piece(self, text: str, index: int = 0) -> dict[str, Any]:
         """The chunk that carries a piece of choice ``index``'s generated text."""
@@ -66,7 +70,7 @@ class Reply:
         """The last chunk when ``stream_options.include_usage`` is set: no choices, the usage."""
         return self._object(True, []) | {"usage": usage(prompt_tokens, completion_tokens, cached_tokens)}
 
-    def _choice(self, index: int, content: dict[str, str] | str, finish_reason: str | None) -> dict[str, Any]:
+    def _choice(self, index: int, content: dict[str, str | None] | str, finish_reason: str | None) -> dict[str, Any]:
         key = "delta" if self.kind == "chat" else "text"
         return {"index": index, key: content, "logprobs": None, "finish_reason": finish_reason}
 

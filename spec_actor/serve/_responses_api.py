@@ -25,7 +25,7 @@ from ._prepare import Prepared
 from ._responses_input import ResponsesRequest, count_responses_tokens, prepare_responses
 from ._responses_output import Event, ResponseBuilder, response_usage
 from ._state import ServerState
-from ._timings import speculation_fields
+from ._timings import prompt_progress, speculation_fields, timings
 from ._work import answer_in_worker, in_worker, read_body
 
 __all__ = ["ResponsesAnswer", "input_tokens", "responses"]
@@ -56,6 +56,7 @@ class ResponsesAnswer(Answer):
                  request: ResponsesRequest) -> None:
         super().__init__(exchange, prepared, state, arrived_at)
         self.builder = ResponseBuilder(state.model_name, request.echo)
+        self.request = request
         exchange.stream_end = b""  # the Responses API's stream ends with response.completed, no [DONE]
         exchange.typed_events = True
 
@@ -64,14 +65,20 @@ class ResponsesAnswer(Answer):
             return
         choice.text.append(ev.text)
         if choice.differ is not None:
-            await self._send_deltas(choice, partial=True)
+            events = self._deltas(choice, partial=True)
         elif self.job.stream:
-            await self._send(self.builder.text(ev.text))
+            events = self.builder.text(ev.text)
+        else:
+            return
+        if events and self.request.timings_per_token:  # as llama-server: on the token's last event
+            events[-1]["timings"] = timings(choice.stats(), self.tokens)
+        await self._send(events)
 
-    async def _send_deltas(self, choice: Choice, *, partial: bool) -> None:
+    def _deltas(self, choice: Choice, *, partial: bool) -> list[Event]:
+        """The events of what the reply's parse gained."""
         assert choice.differ is not None
-        for delta in choice.differ.update("".join(choice.text), partial=partial):
-            await self._send(self._events_of(delta))
+        return [event for delta in choice.differ.update("".join(choice.text), partial=partial)
+                for event in self._events_of(delta)]
 
     def _events_of(self, delta: ReplyDelta) -> list[Event]:
         if delta.index is None:
@@ -83,7 +90,10 @@ class ResponsesAnswer(Answer):
     async def _open_stream(self) -> None:
         await self.exchange.start_events()
         self.exchange.error_body = self.builder.error_event  # an error now ends the stream as an event
-        await self._send(self.builder.opening())
+        opening = self.builder.opening()
+        if self.request.return_progress:  # the stream opens at the first token: the prompt is evaluated
+            opening[-1]["prompt_progress"] = prompt_progress(self.choices[0].stats())
+        await self._send(opening)
 
     async def _send(self, events: list[Event]) -> None:
         for event in events:
@@ -95,7 +105,7 @@ class ResponsesAnswer(Answer):
         if self.job.stream and not self.exchange.started:  # not a single token (an immediate end of generation)
             await self._open_stream()
         if choice.differ is not None:  # the whole reply's parse: what it adds to the stream
-            await self._send_deltas(choice, partial=False)
+            await self._send(self._deltas(choice, partial=False))
         elif not self.job.stream:  # the whole reply, fed as a stream's would be
             text = "".join(choice.text)
             reply = parse_reply(text, self.rendered) if self._parses_calls() else None

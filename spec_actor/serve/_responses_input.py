@@ -68,6 +68,10 @@ class ResponsesRequest:
     """The chat completion body it stands for."""
     echo: dict[str, Any]
     """The request's settings as the response object shows them (``instructions``, ``tools``, ``text``, ...)."""
+    timings_per_token: bool = False
+    """llama-server's extension: each streamed delta carries the ``timings`` so far."""
+    return_progress: bool = False
+    """llama-server's extension: a stream's ``response.in_progress`` carries the ``prompt_progress``."""
 
 
 def to_chat(body: object) -> ResponsesRequest:
@@ -104,7 +108,8 @@ def to_chat(body: object) -> ResponsesRequest:
             "text": {"format": text.get("format") or {"type": "text"}},
             "tool_choice": body.get("tool_choice") or "auto", "tools": body.get("tools") or [],
             "top_p": body.get("top_p"), "truncation": "disabled"}
-    return ResponsesRequest(chat, echo)
+    return ResponsesRequest(chat, echo, get_field(body, "timings_per_token", bool, default=False),
+                            get_field(body, "return_progress", bool, default=False))
 
 
 def prepare_responses(data: bytes, model: Model, n_ctx: int, limits: ServeLimits,

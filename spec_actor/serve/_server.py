@@ -24,6 +24,7 @@ from ._app import App, ServerState
 from ._cors import check_origins
 from ._limits import ServeLimits
 from ._metrics import ServerMetrics
+from ._vertex import VertexRoutes
 
 __all__ = ["Server", "open_server"]
 
@@ -86,7 +87,7 @@ async def open_server(model: Model, *, host: str = "127.0.0.1", port: int = 8080
                       max_queue: int = 16, max_body: int = DEFAULT_MAX_BODY, model_name: str | None = None,
                       limits: ServeLimits | None = None, chat_template: str | None = None,
                       cors_origins: Sequence[str] = (), vllm_metric_names: bool = False,
-                      **context_options: Any) -> AsyncIterator[Server]:
+                      vertex: VertexRoutes | None = None, **context_options: Any) -> AsyncIterator[Server]:
     """Serve ``model`` over HTTP with OpenAI's API until the block is left or `Server.stop` is called.
 
     Args:
@@ -114,6 +115,9 @@ async def open_server(model: Model, *, host: str = "127.0.0.1", port: int = 8080
         vllm_metric_names: Also export the inference gateway's three gauges in
             ``/metrics`` under vLLM's names (``vllm:num_requests_waiting``, ...),
             which an endpoint picker reads by default.
+        vertex: Also answer Google Cloud Vertex AI's prediction route (and health
+            route) as llama-server does under ``AIP_MODE=PREDICTION``
+            (`VertexRoutes.from_env` reads its variables); None: not.
         context_options: n_threads, n_batch, ... for `open_pool`.
 
     Raises:
@@ -147,7 +151,7 @@ async def open_server(model: Model, *, host: str = "127.0.0.1", port: int = 8080
                     # The listener owns the socket from here: when it stops listening (at
                     # shutdown), the socket closes and new connections are refused.
                     await nursery.start(functools.partial(
-                        state.connections.serve, App(state, cors_origins=origins), _config(), sock, state.stopping, limits.shutdown_timeout))
+                        state.connections.serve, App(state, cors_origins=origins, vertex=vertex), _config(), sock, state.stopping, limits.shutdown_timeout))
                     try:
                         yield Server(state, url)
                     finally:

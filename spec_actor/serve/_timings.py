@@ -11,7 +11,7 @@ from typing import Any
 
 from .._stats import StatsSnapshot
 
-__all__ = ["speculation_fields"]
+__all__ = ["prompt_progress", "speculation_fields", "speculative_decoding", "timings"]
 
 
 def speculation_fields(stats: StatsSnapshot, completion_tokens: int) -> dict[str, Any]:
@@ -20,10 +20,10 @@ def speculation_fields(stats: StatsSnapshot, completion_tokens: int) -> dict[str
     ``completion_tokens`` is what the response delivered (its ``usage``),
     which a stop string can make fewer than the tokens the loop emitted.
     """
-    return {"timings": _timings(stats, completion_tokens), "speculative_decoding": _speculative(stats)}
+    return {"timings": timings(stats, completion_tokens), "speculative_decoding": speculative_decoding(stats)}
 
 
-def _timings(stats: StatsSnapshot, predicted_n: int) -> dict[str, Any]:
+def timings(stats: StatsSnapshot, predicted_n: int) -> dict[str, Any]:
     """llama-server's ``timings``: ``cache_n`` prompt tokens reused from the cache, ``prompt_n`` evaluated."""
     prompt_ms = stats.timing_us.prefill / 1000
     predicted_ms = max(stats.timing_us.total - stats.timing_us.prefill, 0) / 1000
@@ -43,7 +43,8 @@ def _timings(stats: StatsSnapshot, predicted_n: int) -> dict[str, Any]:
     }
 
 
-def _speculative(stats: StatsSnapshot) -> dict[str, Any]:
+def speculative_decoding(stats: StatsSnapshot) -> dict[str, Any]:
+    """vLLM's per-request ``speculative_decoding`` figures, with each drafter's share."""
     drafters = [d for d in stats.drafters if d.name != "none"]
     spec_steps = sum(d.steps for d in drafters)
     return {
@@ -55,6 +56,13 @@ def _speculative(stats: StatsSnapshot) -> dict[str, Any]:
         "drafters": [{"name": d.name, "steps": d.steps, "num_draft_tokens": d.drafted,
                       "num_accepted_draft_tokens": d.accepted, "share_of_tokens": d.share} for d in drafters],
     }
+
+
+def prompt_progress(stats: StatsSnapshot) -> dict[str, Any]:
+    """llama-server's ``prompt_progress`` once the prompt is evaluated: ``total`` prompt tokens, ``cache`` of
+    them reused, ``processed`` (the cached ones included, as llama-server counts them) and ``time_ms``."""
+    return {"total": stats.prompt_tokens, "cache": stats.prompt_reused, "processed": stats.prompt_tokens,
+            "time_ms": stats.timing_us.prefill / 1000}
 
 
 def _ratio(numerator: float, denominator: float) -> float:

@@ -47,7 +47,9 @@ def tool_options(body: dict[str, Any]) -> dict[str, Any]:
 
 
 def message_fields(message: dict[str, Any], where: str) -> dict[str, Any]:
-    """The tool fields of a history message (assistant ``tool_calls``, a tool's ``tool_call_id``), checked."""
+    """The fields of a history message beside its content, checked: an assistant's ``tool_calls`` and
+    ``reasoning_content`` (its earlier reasoning, which a reasoning model's template renders, as llama-server
+    passes it), a tool's ``tool_call_id``, a ``name``."""
     out: dict[str, Any] = {}
     calls = message.get("tool_calls")
     if calls is not None:
@@ -61,12 +63,15 @@ def message_fields(message: dict[str, Any], where: str) -> dict[str, Any]:
                 raise bad_request(f"{where}.tool_calls[{i}] must be {{\"type\": \"function\", \"function\": "
                                   "{\"name\": ..., \"arguments\": \"<JSON text>\"}}", param=f"{where}.tool_calls")
         out["tool_calls"] = calls
-    for key in ("tool_call_id", "name"):
+    for key in ("tool_call_id", "name", "reasoning_content"):
         value = message.get(key)
         if value is not None:
             if not isinstance(value, str):
                 raise bad_request(f"{where}.{key} must be a string", param=f"{where}.{key}")
             out[key] = value
+    if "reasoning_content" in out and message.get("role") != "assistant":
+        raise bad_request(f"{where}.reasoning_content is an assistant's earlier reasoning; only an assistant "
+                          "message holds it", param=f"{where}.reasoning_content")
     return out
 
 
