@@ -162,6 +162,9 @@ class Answer:
                 except ApiError as exc:  # raised below, outside the nursery (not in an ExceptionGroup)
                     error = exc
             nursery.cancel_scope.cancel()
+        for choice in self.choices:  # llama-server's counts, of each generation that ran to its end
+            if choice.final_stats is not None:
+                self.state.metrics.generated(choice.final_stats, choice.tokens + (type(choice.end) is Eog))
         if self.ended_by is not None:
             self.state.metrics.finished("abort")
             if self.ended_by[0] == "send_timeout":
