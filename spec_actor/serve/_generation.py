@@ -162,9 +162,6 @@ class Answer:
                 except ApiError as exc:  # raised below, outside the nursery (not in an ExceptionGroup)
                     error = exc
             nursery.cancel_scope.cancel()
-        for choice in self.choices:  # llama-server's counts, of each generation that ran to its end
-            if choice.final_stats is not None:
-                self.state.metrics.generated(choice.final_stats, choice.tokens + (type(choice.end) is Eog))
         if self.ended_by is not None:
             self.state.metrics.finished("abort")
             if self.ended_by[0] == "send_timeout":
@@ -253,6 +250,8 @@ class Answer:
             choice.cached_tokens = ev.stats.prompt_reused
             choice.final_stats = ev.stats
             choice.end = ev
+            # llama-server's counts, before the answer goes out: a client that reads /metrics next sees them
+            self.state.metrics.generated(ev.stats, choice.tokens + (type(ev) is Eog))
             if self.job.stream and len(self.choices) > 1:
                 await self._close_choice(choice)
 
