@@ -23,6 +23,7 @@ from starlette.datastructures import Headers
 from starlette.middleware import Middleware
 from starlette.middleware.cors import CORSMiddleware
 from starlette.responses import Response
+from starlette.types import Message, Receive, Scope, Send
 
 from .._errors import ConfigError
 
@@ -72,10 +73,28 @@ def cors_middleware(origins: Sequence[str], methods: Iterable[str]) -> list[Midd
 
 
 class _CORS(CORSMiddleware):
-    """Starlette's CORS middleware, a refused preflight answered 200 without ``Access-Control-Allow-Origin``."""
+    """Starlette's CORS middleware, a refused preflight answered 200 without ``Access-Control-Allow-Origin``.
+
+    Its headers go out capitalized as llama-server writes them (``Access-Control-Allow-Origin``): names
+    are case-insensitive, but clients that keep headers in a plain dict look them up that way.
+    """
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        async def capitalized(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message = dict(message, headers=[(_canonical(name), value) for name, value in message["headers"]])
+            await send(message)
+        await super().__call__(scope, receive, capitalized)
 
     def preflight_response(self, request_headers: Headers) -> Response:
         response = super().preflight_response(request_headers)
         if response.status_code == 400:  # Starlette's refusal; llama-server answers 200, the browser refuses either
             response.status_code = 200
         return response
+
+
+def _canonical(name: bytes) -> bytes:
+    """A CORS header's name capitalized (``Access-Control-Allow-Origin``); other names as they are."""
+    if not name.lower().startswith(b"access-control-"):
+        return name
+    return b"-".join(part.capitalize() for part in name.split(b"-"))
