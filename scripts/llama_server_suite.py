@@ -87,7 +87,10 @@ def spec_actor_args(pairs: list[tuple[str, str | None]], scratch: Path) -> list[
     ``--pool``'s actors each have ``-c``; a ``--chat-template`` given as Jinja
     text is written to a file under ``scratch`` (a built-in template's name
     has no counterpart). Speculation is off unless ``--spec-type`` asks, as in
-    llama-server.
+    llama-server. ``--alias``'s names go to ``--model-name`` sorted: llama-server's
+    model id is the first of them in that order. ``/metrics`` is off unless
+    ``--metrics`` asks, and ``/slots`` with ``--no-slots``, as in llama-server
+    (here both are on by default: decision 0107).
     """
     flags = dict(pairs)
     slots = int(flags.get("--parallel") or flags.get("-np") or 1)
@@ -95,14 +98,20 @@ def spec_actor_args(pairs: list[tuple[str, str | None]], scratch: Path) -> list[
     ctx = flags.get("--ctx-size") or flags.get("-c")
     if ctx:
         out += ["-c", str(max(int(ctx) // slots, 1))]
-    for ours, names in (("--port", ("--port",)), ("-t", ("--threads", "-t")), ("--model-name", ("--alias",)),
+    for ours, names in (("--port", ("--port",)), ("-t", ("--threads", "-t")), ("--host", ("--host",)),
                         ("--api-key", ("--api-key",)), ("--cors-origins", ("--cors-origins",)),
-                        ("--chat-template", ("--chat-template-file",))):
+                        ("--chat-template", ("--chat-template-file",)), ("--temp", ("--temp",)),
+                        ("--seed", ("--seed",)), ("--n-predict", ("--n-predict",)), ("--model-tags", ("--tags",)),
+                        ("--reasoning", ("--reasoning",))):
         for name in names:
             if flags.get(name):
                 out += [ours, str(flags[name])]
-    if flags.get("--host"):
-        out += ["--host", str(flags["--host"]).split(",")[0].strip()]
+    if flags.get("--alias"):
+        out += ["--model-name", ",".join(sorted(a.strip() for a in str(flags["--alias"]).split(",") if a.strip()))]
+    if "--metrics" not in flags:
+        out.append("--no-metrics")
+    if "--no-slots" in flags:
+        out.append("--no-slots")
     template = flags.get("--chat-template")
     if template and ("{%" in template or "{{" in template):
         path = scratch / f"template-{os.getpid()}.jinja"

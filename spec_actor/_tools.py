@@ -132,11 +132,15 @@ def resolve_tool_choice(tool_choice: ToolChoice | None,
 
 def render_jinja(model_handle: Any, messages: Sequence[Mapping[str, Any]], *, tools: object = None,
                  tool_choice: ToolChoice | None = None, template: str | None = None,
-                 add_generation_prompt: bool = True, parallel_tool_calls: bool = False) -> RenderedChat:
+                 add_generation_prompt: bool = True, parallel_tool_calls: bool = False,
+                 template_kwargs: Mapping[str, Any] | None = None) -> RenderedChat:
     """Render ``messages`` (OpenAI's shape: roles system, user, assistant with ``tool_calls``, tool)
     with the model's Jinja template, or ``template`` (Jinja text).
 
     A last assistant message is continued (`spec_actor._chat.split_prefill`).
+    ``template_kwargs`` are further variables of the template (llama-server's
+    ``chat_template_kwargs``); their ``enable_thinking`` (a bool, default true)
+    also tells llama.cpp's format whether the reply opens with its reasoning.
 
     Raises:
         ConfigError: bad tools or tool_choice, or a template llama.cpp cannot render.
@@ -157,6 +161,9 @@ def render_jinja(model_handle: Any, messages: Sequence[Mapping[str, Any]], *, to
         request["tools"] = checked  # "none": the template still shows them, the output is not parsed
     if template is not None:
         request["template"] = template
+    if template_kwargs:
+        request["chat_template_kwargs"] = dict(template_kwargs)
+        request["enable_thinking"] = template_kwargs.get("enable_thinking", True)
     try:
         out = _nj.render(model_handle, request)
     except TypeError as exc:  # messages that json cannot write
@@ -313,8 +320,8 @@ class ReplyDiffer:
 
 def chat_prompt(model: Any, messages: Sequence[Mapping[str, Any]], options: dict[str, Any], *,
                 template: str | None = None, tools: object = None, tool_choice: ToolChoice | None = None,
-                parallel_tool_calls: bool = False,
-                jinja: bool = False) -> tuple[list[int], dict[str, Any], RenderedChat | None]:
+                parallel_tool_calls: bool = False, jinja: bool = False,
+                template_kwargs: Mapping[str, Any] | None = None) -> tuple[list[int], dict[str, Any], RenderedChat | None]:
     """(prompt, request options, how to parse the reply) of a chat request.
 
     With tools, or when the GGUF has its own template and ``template`` is not
@@ -323,7 +330,8 @@ def chat_prompt(model: Any, messages: Sequence[Mapping[str, Any]], options: dict
     template that renders tools gets Gemma 3's turns with tools,
     `spec_actor._templates.tools_template`) and the options gain
     the tool-call grammar and the format's stop strings; ``jinja`` makes
-    ``template`` Jinja text without tools too. Otherwise `Model.tokenize_chat`
+    ``template`` Jinja text without tools too; ``template_kwargs`` go to a Jinja
+    template (`render_jinja`). Otherwise `Model.tokenize_chat`
     renders it (a GGUF without a template gets its family's built-in format)
     and the third item is None. Either way the prompt is token ids in which
     message content stays text (``parse_special=True`` in the options parses
@@ -334,7 +342,8 @@ def chat_prompt(model: Any, messages: Sequence[Mapping[str, Any]], options: dict
             `Model.apply_chat_template`.
     """
     options = dict(options)
-    jinja_options = _jinja_options(model, messages, template, tools, tool_choice, parallel_tool_calls, jinja)
+    jinja_options = _jinja_options(model, messages, template, tools, tool_choice, parallel_tool_calls, jinja,
+                                   template_kwargs)
     if jinja_options is None:
         # content stays text: only the template's markup becomes control tokens (Model.tokenize_chat)
         tokens = model.tokenize_chat(messages, template=template, add_special=options.pop("add_special", True),
@@ -365,24 +374,28 @@ def chat_prompt(model: Any, messages: Sequence[Mapping[str, Any]], options: dict
 
 def chat_text(model: Any, messages: Sequence[Mapping[str, Any]], *, template: str | None = None,
               tools: object = None, tool_choice: ToolChoice | None = None, parallel_tool_calls: bool = False,
-              jinja: bool = False) -> str:
+              jinja: bool = False, add_generation_prompt: bool = True,
+              template_kwargs: Mapping[str, Any] | None = None) -> str:
     """The prompt text of a chat, rendered as `chat_prompt` renders it (control tokens as text).
 
     What llama-server's ``/apply-template`` answers. Tokenizing it with
     ``parse_special=True`` gives `chat_prompt`'s tokens where no message
-    content holds control-token text.
+    content holds control-token text. Without ``add_generation_prompt`` the
+    text ends after the last message, the reply's turn not opened.
 
     Raises:
         ConfigError, PromptError, GrammarError: as `chat_prompt`.
     """
-    jinja_options = _jinja_options(model, messages, template, tools, tool_choice, parallel_tool_calls, jinja)
+    jinja_options = _jinja_options(model, messages, template, tools, tool_choice, parallel_tool_calls, jinja,
+                                   template_kwargs)
     if jinja_options is None:
-        return model.apply_chat_template(messages, template=template)
-    return render_jinja(model.handle, messages, **jinja_options).prompt
+        return model.apply_chat_template(messages, template=template, add_generation_prompt=add_generation_prompt)
+    return render_jinja(model.handle, messages, add_generation_prompt=add_generation_prompt, **jinja_options).prompt
 
 
 def _jinja_options(model: Any, messages: Sequence[Mapping[str, Any]], template: str | None, tools: object,
-                   tool_choice: ToolChoice | None, parallel_tool_calls: bool, jinja: bool) -> dict[str, Any] | None:
+                   tool_choice: ToolChoice | None, parallel_tool_calls: bool, jinja: bool,
+                   template_kwargs: Mapping[str, Any] | None = None) -> dict[str, Any] | None:
     """`render_jinja`'s options for a chat a Jinja template renders; None for llama.cpp's built-in formats.
 
     A chat with tools, or with tool turns in its history, on a model or
@@ -406,7 +419,8 @@ def _jinja_options(model: Any, messages: Sequence[Mapping[str, Any]], template: 
     elif tools is None and not jinja and (template is not None or not model.chat_template()):
         return None
     message_pairs(messages, content_optional=True)  # roles and content checked, as without a Jinja template
-    return {"tools": tools, "tool_choice": tool_choice, "template": template, "parallel_tool_calls": parallel_tool_calls}
+    return {"tools": tools, "tool_choice": tool_choice, "template": template, "parallel_tool_calls": parallel_tool_calls,
+            "template_kwargs": template_kwargs}
 
 
 def _has_tool_turns(messages: Sequence[Mapping[str, Any]]) -> bool:

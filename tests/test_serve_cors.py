@@ -37,7 +37,9 @@ async def test_cors_answers_only_the_named_origins(gemma):
     assert allowed.status_code == 200 and allowed.headers["access-control-allow-origin"] == APP
     assert "POST" in allowed.headers["access-control-allow-methods"]
     assert allowed.headers["access-control-allow-headers"] == "authorization, content-type, x-stainless-os"
-    assert refused.status_code == 400 and "access-control-allow-origin" not in refused.headers
+    # refused as llama-server refuses: a 200 without the header, which the browser takes as a no
+    assert refused.status_code == 200 and "access-control-allow-origin" not in refused.headers
+    assert "Disallowed CORS origin" in refused.text
     assert simple.status_code == 200 and simple.headers["access-control-allow-origin"] == APP
     assert foreign.status_code == 200 and "access-control-allow-origin" not in foreign.headers
     assert denied.status_code == 401 and denied.headers["access-control-allow-origin"] == APP
@@ -50,6 +52,23 @@ async def test_cors_star_allows_any_origin(gemma):
                                    headers={"origin": OTHER})
     assert asked.status_code == 200 and asked.headers["access-control-allow-origin"] == "*"
     assert simple.status_code == 200 and simple.headers["access-control-allow-origin"] == "*"
+
+
+LOCAL_PAGES = ["http://localhost", "http://localhost:8080", "https://127.0.0.1:3000", "http://[::1]",
+               "http://[::1]:3000"]
+OTHER_PAGES = ["http://notlocalhost", "http://localhost.evil.example", OTHER, "localhost", "ftp://localhost",
+               "http://127.0.0.1.evil.example"]
+
+
+async def test_cors_localhost_allows_only_pages_of_this_machine(gemma):
+    async with serving(gemma, cors_origins=["localhost", APP]) as server, http(server) as client:
+        answers = {origin: await client.options("/completion", headers=preflight(origin))
+                   for origin in [*LOCAL_PAGES, *OTHER_PAGES, APP]}
+    assert all(answer.status_code == 200 for answer in answers.values())
+    allowed = {origin: answer.headers.get("access-control-allow-origin") for origin, answer in answers.items()}
+    assert allowed == {origin: origin for origin in [*LOCAL_PAGES, APP]} | {origin: None for origin in OTHER_PAGES}
+    # capitalized as llama-server writes them: clients that keep headers in a plain dict look them up so
+    assert b"Access-Control-Allow-Origin" in [name for name, _ in answers[APP].headers.raw]
 
 
 @pytest.mark.parametrize("origins", [["https://app.example/"], ["app.example"], ["ftp://x.example"], "*",

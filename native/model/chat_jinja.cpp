@@ -40,6 +40,13 @@ common_json render(const llama_model * model, const common_json & req) {
     inputs.tool_choice = common_chat_tool_choice_parse_oaicompat(req.value("tool_choice", std::string("auto")));
     inputs.parallel_tool_calls = req.value("parallel_tool_calls", false);
     inputs.add_generation_prompt = req.value("add_generation_prompt", true);
+    // the template's enable_thinking (llama-server's --reasoning, a request's chat_template_kwargs)
+    inputs.enable_thinking = req.value("enable_thinking", true);
+    if (req.contains("chat_template_kwargs")) {
+        for (const auto & item : req.at("chat_template_kwargs").items()) {
+            inputs.chat_template_kwargs[item.key()] = item.value().dump();
+        }
+    }
     inputs.use_jinja = true;
     inputs.reasoning_format = COMMON_REASONING_FORMAT_NONE;
     const common_chat_params params = common_chat_templates_apply(tmpls.get(), inputs);

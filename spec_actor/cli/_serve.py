@@ -17,7 +17,7 @@ from ._common import (CliError, Subcommands, add_draft_options, add_model_option
                       open_model, positive_int, spec_from_options)
 
 if TYPE_CHECKING:
-    from ..serve import ServeLimits, VertexRoutes
+    from ..serve import RequestDefaults, ServeLimits, VertexRoutes
 
 DEFAULT_PORT = 8080
 
@@ -40,7 +40,8 @@ def add_parser(sub: Subcommands) -> None:
     p.add_argument("-d", "--n-draft", type=n_draft_arg, metavar="N|auto",
                    help="most tokens drafted per step, or auto (default: the type's)")
     add_draft_options(p)
-    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
+    p.add_argument("--host", default="127.0.0.1", metavar="ADDR[,ADDR]",
+                   help="address to listen on, or several on the same port (default: 127.0.0.1)")
     p.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port to listen on, 0 for any free one "
                                                                     f"(default: {DEFAULT_PORT})")
     p.add_argument("--pool", type=positive_int, default=1, metavar="N",
@@ -69,8 +70,26 @@ def add_parser(sub: Subcommands) -> None:
                    help="let web pages from these origins (https://app.example, or * for any) call the server "
                         "from a browser; off by default, since any site a browser opens could reach a server "
                         "on loopback")
-    p.add_argument("--model-name", metavar="NAME",
-                   help="the model id clients see (default: the GGUF file name without .gguf)")
+    p.add_argument("--model-name", metavar="NAME[,ALIAS]",
+                   help="the model id clients see, then other names /v1/models lists as its aliases "
+                        "(default: the GGUF file name without .gguf)")
+    p.add_argument("--model-tags", metavar="TAG[,TAG]", default="",
+                   help="informational tags /v1/models lists for the model")
+    p.add_argument("--temp", type=float, metavar="T",
+                   help="temperature of requests that send none (default: 0, greedy)")
+    p.add_argument("--seed", type=int, metavar="N",
+                   help="seed of requests that send none; -1 for a random one (the default)")
+    p.add_argument("--n-predict", type=int, metavar="N",
+                   help="most tokens a request generates when it sets no max_tokens or n_predict; -1 for no "
+                        "limit (the default: /v1/completions 16, the others to the end of the turn or context)")
+    p.add_argument("--reasoning", choices=("on", "off", "auto"), default="auto",
+                   help="a chat template's enable_thinking when a request's chat_template_kwargs do not set it: "
+                        "on, off, or auto (the default: the template's own)")
+    p.add_argument("--metrics", action=argparse.BooleanOptionalAction, default=True,
+                   help="serve GET /metrics (default: on; --no-metrics answers 501, as llama-server without "
+                        "--metrics)")
+    p.add_argument("--slots", action=argparse.BooleanOptionalAction, default=True,
+                   help="serve GET /slots (default: on; --no-slots answers 501, as llama-server's)")
     p.add_argument("--metrics-vllm-names", action="store_true",
                    help="also export the inference gateway's gauges in /metrics under vLLM's names "
                         "(vllm:num_requests_waiting, vllm:num_requests_running, vllm:kv_cache_usage_perc), "
@@ -160,6 +179,8 @@ def run(args: argparse.Namespace) -> int:
     spec = _spec(args)
     limits = limits_from_options(args)  # before the model loads: a bad flag fails at once
     origins = _origins(args.cors_origins)
+    defaults = _request_defaults(args)
+    names, tags = _list(args.model_name or ""), _list(args.model_tags)
     template = _chat_template(args.chat_template)
     vertex = _vertex()
     port = vertex.port if vertex is not None and vertex.port is not None else args.port
@@ -170,10 +191,11 @@ def run(args: argparse.Namespace) -> int:
         options["prefix_cache"] = False
 
     async def serve() -> int:
-        async with open_server(model, host=args.host, port=port, pool=args.pool, spec=spec, api_key=api_key,
-                               n_ctx=args.n_ctx, max_queue=args.max_queue, max_body=args.max_body,
-                               model_name=args.model_name, limits=limits, chat_template=template,
-                               cors_origins=origins,
+        async with open_server(model, host=_list(args.host), port=port, pool=args.pool, spec=spec,
+                               api_key=api_key, n_ctx=args.n_ctx, max_queue=args.max_queue, max_body=args.max_body,
+                               model_name=names[0] if names else None, model_aliases=names[1:], model_tags=tags,
+                               limits=limits, chat_template=template, cors_origins=origins, defaults=defaults,
+                               metrics_endpoint=args.metrics, slots_endpoint=args.slots,
                                vllm_metric_names=args.metrics_vllm_names, vertex=vertex, **options) as server:
             with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
                 print(f"spec-actor: serving {server.state.model_name} on {server.url} "
@@ -230,7 +252,7 @@ def _origins(text: str) -> tuple[str, ...]:
     from ..serve._cors import check_origins
 
     try:
-        return check_origins(o.strip() for o in text.split(",") if o.strip())
+        return check_origins(_list(text))
     except ConfigError as exc:
         raise CliError(f"argument --cors-origins: {exc.message}", exit_code=2) from None
 
@@ -247,6 +269,27 @@ def _vertex() -> VertexRoutes | None:
         return VertexRoutes.from_env(os.environ)
     except ValueError as exc:
         raise CliError(str(exc), exit_code=2) from None
+
+
+def _request_defaults(args: argparse.Namespace) -> RequestDefaults:
+    """The --temp, --seed, --n-predict and --reasoning defaults, checked.
+
+    Raises:
+        CliError: one is out of range.
+    """
+    from ..serve import RequestDefaults
+
+    try:
+        return RequestDefaults.from_llama_server(args.temp, args.seed, args.n_predict, args.reasoning)
+    except ConfigError as exc:
+        name = exc.message.split("=")[0]
+        flag = {"temperature": "--temp", "n_predict": "--n-predict"}.get(name, f"--{name}")
+        raise CliError(f"argument {flag}: {exc.message}", exit_code=2) from None
+
+
+def _list(text: str) -> list[str]:
+    """A comma-separated flag's items, blanks left out."""
+    return [item.strip() for item in text.split(",") if item.strip()]
 
 
 def _env_key() -> str | None:

@@ -12,11 +12,12 @@ may take (docs/serving.md, "Serving safely"). Needs the ``serve`` extra
 (``pip install 'spec_actor[serve]'``).
 """
 
+from ._defaults import RequestDefaults
 from ._errors import ApiError
 from ._limits import BodyLimits, GrammarLimits, ServeLimits
 from ._server import DEFAULT_MAX_BODY, Server, open_server
 from ._state import Cancellation, ServerState
 from ._vertex import VertexRoutes
 
-__all__ = ["DEFAULT_MAX_BODY", "ApiError", "BodyLimits", "Cancellation", "GrammarLimits", "ServeLimits", "Server",
-           "ServerState", "VertexRoutes", "open_server"]
+__all__ = ["DEFAULT_MAX_BODY", "ApiError", "BodyLimits", "Cancellation", "GrammarLimits", "RequestDefaults",
+           "ServeLimits", "Server", "ServerState", "VertexRoutes", "open_server"]

@@ -33,7 +33,8 @@ __all__ = ["NativeAnswer", "completion", "native_answer"]
 async def completion(exchange: Exchange, state: ServerState) -> None:
     """``POST /completion``: llama-server's native completion."""
     model, n_ctx, limits, template = state.pool.model, state.n_ctx, state.limits, state.chat_template
-    await native_answer(exchange, state, lambda data: prepare_body("native", data, model, n_ctx, limits, template))
+    await native_answer(exchange, state, lambda data: prepare_body("native", data, model, n_ctx, limits, template,
+                                                                   defaults=state.defaults))
 
 
 async def native_answer(exchange: Exchange, state: ServerState, prepare: Callable[[bytes], Prepared]) -> None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import functools
 import socket
-from collections.abc import Hashable
+from collections.abc import Hashable, Sequence
 
 import trio
 from hypercorn.config import Config
@@ -54,16 +54,17 @@ class Connections:
         for client in list(self._streams):
             self.abort(client)
 
-    async def serve(self, app: ASGIFramework, config: Config, sock: socket.socket, stopping: trio.Event,
+    async def serve(self, app: ASGIFramework, config: Config, socks: Sequence[socket.socket], stopping: trio.Event,
                     shutdown_timeout: float, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Accept and serve connections on the bound ``sock`` until ``stopping`` is set, then shut down.
+        """Accept and serve connections on the bound ``socks`` until ``stopping`` is set, then shut down.
 
         Shutdown: stop accepting, let hypercorn close idle keep-alive
         connections, give the others ``shutdown_timeout`` seconds, then cut
         them. Returns once every connection task has ended.
         """
-        sock.listen(config.backlog)
-        listener = trio.SocketListener(trio.socket.from_stdlib_socket(sock))
+        for sock in socks:
+            sock.listen(config.backlog)
+        listeners = [trio.SocketListener(trio.socket.from_stdlib_socket(sock)) for sock in socks]
         context = WorkerContext(None)
         wrapped = wrap_app(app, config.wsgi_max_body_size, "asgi")
 
@@ -83,7 +84,7 @@ class Connections:
         async with trio.open_nursery() as outer:
             async with trio.open_nursery() as handlers:
                 async with trio.open_nursery() as accepting:
-                    accepting.start_soon(functools.partial(trio.serve_listeners, handle, [listener], handler_nursery=handlers))
+                    accepting.start_soon(functools.partial(trio.serve_listeners, handle, listeners, handler_nursery=handlers))
                     task_status.started()
                     await stopping.wait()
                     accepting.cancel_scope.cancel()

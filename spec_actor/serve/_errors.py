@@ -7,7 +7,8 @@ from typing import Any
 from .._errors import (ActorClosedError, ConfigError, GrammarError, PromptError, QueueFullError,
                        SpecActorError)
 
-__all__ = ["ApiError", "api_error_for", "bad_request", "context_exceeded", "rpc_worker_failed", "shutting_down"]
+__all__ = ["ApiError", "api_error_for", "bad_request", "context_exceeded", "endpoint_off", "rpc_worker_failed",
+           "shutting_down"]
 
 
 class ApiError(Exception):
@@ -53,6 +54,12 @@ def context_exceeded(n_prompt_tokens: int, n_ctx: int, param: str = "prompt") ->
     return ApiError(400, f"the prompt is {n_prompt_tokens} tokens long and the server's context holds {n_ctx}; "
                          "send a shorter prompt", type="exceed_context_size_error", param=param,
                     code="context_length_exceeded", extra={"n_prompt_tokens": n_prompt_tokens, "n_ctx": n_ctx})
+
+
+def endpoint_off(path: str, flag: str) -> ApiError:
+    """The 501 of a route the server was started without (``flag`` turned it off), as llama-server gives it."""
+    return ApiError(501, f"this server does not serve {path}: it was started with {flag}", type="not_supported_error",
+                    code="not_supported")
 
 
 def shutting_down() -> ApiError:

@@ -250,6 +250,8 @@ class Answer:
             choice.cached_tokens = ev.stats.prompt_reused
             choice.final_stats = ev.stats
             choice.end = ev
+            # llama-server's counts, before the answer goes out: a client that reads /metrics next sees them
+            self.state.metrics.generated(ev.stats, choice.tokens + (type(ev) is Eog))
             if self.job.stream and len(self.choices) > 1:
                 await self._close_choice(choice)
 

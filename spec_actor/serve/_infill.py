@@ -26,6 +26,7 @@ from typing import Any
 from .._model import FimTokens, Model
 from ._body import parse_body
 from ._completion import native_answer
+from ._defaults import RequestDefaults
 from ._errors import bad_request, context_exceeded
 from ._fields import get_field, json_object, json_type, short
 from ._http import Exchange
@@ -61,19 +62,22 @@ class InfillParts:
 
 async def infill(exchange: Exchange, state: ServerState) -> None:
     """``POST /infill``: llama-server's fill-in-the-middle completion."""
-    model, n_ctx, limits = state.pool.model, state.n_ctx, state.limits
-    await native_answer(exchange, state, lambda data: prepare_infill(data, model, n_ctx, limits))
+    model, n_ctx, limits, defaults = state.pool.model, state.n_ctx, state.limits, state.defaults
+    await native_answer(exchange, state, lambda data: prepare_infill(data, model, n_ctx, limits, defaults))
 
 
-def prepare_infill(data: bytes, model: Model, n_ctx: int, limits: ServeLimits) -> Prepared:
+def prepare_infill(data: bytes, model: Model, n_ctx: int, limits: ServeLimits,
+                   defaults: RequestDefaults = RequestDefaults()) -> Prepared:
     """Check the body of ``POST /infill`` and assemble its prompt (thread-safe, bounded by ``limits``).
+
+    ``defaults`` fill the sampling and length fields the body leaves out.
 
     Raises:
         ApiError: a 400 naming the field, or saying which FIM tokens the
             model lacks; `context_exceeded` where even the prefix and
             suffix tokens with the prompt do not fit.
     """
-    body = json_object(parse_body(data, limits.body))
+    body = json_object(defaults.fill(parse_body(data, limits.body), "native"))
     missing = model.fim_tokens.missing
     if missing:
         raise bad_request(f"infill needs fill-in-the-middle tokens, and this model's vocabulary has no "

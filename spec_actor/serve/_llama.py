@@ -13,9 +13,8 @@ from typing import Any
 
 from .. import __version__
 from .._errors import SpecActorError
-from .._sampling import Sampling
 from ._body import parse_body
-from ._errors import ApiError
+from ._errors import ApiError, endpoint_off
 from ._http import Exchange
 from ._prepare import chat_template_text, count_chat_tokens
 from ._settings import generation_settings
@@ -43,32 +42,37 @@ async def detokenize(exchange: Exchange, state: ServerState) -> None:
 
 
 async def apply_template(exchange: Exchange, state: ServerState) -> None:
-    """``POST /apply-template``: a chat body's ``messages`` rendered to the ``prompt`` text, without generating."""
+    """``POST /apply-template``: a chat body's ``messages`` rendered to the ``prompt`` text, without generating.
+
+    ``add_generation_prompt`` (default true) opens the reply's turn; ``chat_template_kwargs`` go to a Jinja template.
+    """
     await answer_in_worker(exchange, state, lambda data: {
-        "prompt": chat_template_text(data, state.pool.model, state.limits, state.chat_template)})
+        "prompt": chat_template_text(data, state.pool.model, state.limits, state.chat_template, state.defaults)})
 
 
 async def input_tokens(exchange: Exchange, state: ServerState) -> None:
     """``POST /chat/completions/input_tokens``: the prompt tokens a chat completion body would run."""
     await answer_in_worker(exchange, state, lambda data: {
         "object": "response.input_tokens",
-        "input_tokens": count_chat_tokens(data, state.pool.model, state.limits, state.chat_template)})
+        "input_tokens": count_chat_tokens(data, state.pool.model, state.limits, state.chat_template,
+                                          state.defaults)})
 
 
 async def props(exchange: Exchange, state: ServerState) -> None:
     """``GET /props``: the server's model, template, slots and default generation settings."""
     pool, model = state.pool, state.pool.model
     spec = pool.actors[0].spec.type
+    defaults = state.defaults
+    params = generation_settings(defaults.sampling(), n_predict=defaults.n_predict or -1, speculative_type=spec)
     await exchange.send_json(200, {
-        "default_generation_settings": {"params": generation_settings(Sampling(), speculative_type=spec),
-                                        "n_ctx": state.n_ctx},
+        "default_generation_settings": {"params": params, "n_ctx": state.n_ctx},
         "total_slots": pool.size,
         "model_alias": state.model_name,
         "model_path": model.path,
         "modalities": {"vision": False, "video": False, "audio": False},
-        "endpoint_slots": True,
+        "endpoint_slots": state.endpoints.slots,
         "endpoint_props": False,
-        "endpoint_metrics": True,
+        "endpoint_metrics": state.endpoints.metrics,
         "chat_template": _template(state),
         "bos_token": _special_token(state, "bos"),
         "eos_token": _special_token(state, "eos"),
@@ -81,8 +85,11 @@ async def props(exchange: Exchange, state: ServerState) -> None:
 async def slots(exchange: Exchange, state: ServerState) -> None:
     """``GET /slots``: one entry per sequence of the pool, llama-server's fields and its speculation figures.
 
-    ``?fail_on_no_slot=1`` answers 503 when every sequence is busy, as llama-server does.
+    ``?fail_on_no_slot=1`` answers 503 when every sequence is busy, as llama-server does; a 501 when the
+    server was started with ``--no-slots``.
     """
+    if not state.endpoints.slots:
+        raise endpoint_off("/slots", "--no-slots")
     actors = state.pool.actors
     if exchange.query("fail_on_no_slot") and all(a.busy for a in actors):
         raise ApiError(503, "no slot available: every sequence of the pool is busy", type="unavailable_error",

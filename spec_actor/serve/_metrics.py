@@ -4,7 +4,8 @@ Names follow vLLM's (``vllm:num_requests_running``,
 ``vllm:spec_decode_num_accepted_tokens_per_pos_total``, ...) under the
 ``spec_actor:`` prefix, so dashboards made for vLLM need only the prefix
 changed. Counts come from the native counters at scrape time; the latency
-histograms are observed by the server per request.
+histograms are observed by the server per request. llama-server's own
+``llamacpp:`` names follow (`_llama_metrics`).
 
 The three gauges an inference gateway's endpoint picker routes on (the
 Gateway API Inference Extension's model-server protocol) are
@@ -23,6 +24,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 
 from .._pool import ActorPool
+from .._stats import StatsSnapshot
+from ._llama_metrics import LlamaCppCounts, render_llama_metrics
 
 __all__ = ["CONTENT_TYPE", "PREFIX", "VLLM_GAUGES", "ServerMetrics"]
 
@@ -46,6 +49,9 @@ class ServerMetrics:
     def __init__(self, pool: ActorPool, model_name: str, *, vllm_names: bool = False) -> None:
         self.registry = CollectorRegistry()
         self.model_name = model_name
+        self._pool = pool
+        self.llama = LlamaCppCounts()
+        """llama-server's prompt and generation counts (`generated`)."""
         labels = ["model_name"]
         self.ttft = Histogram(f"{PREFIX}time_to_first_token_seconds",
                               "Seconds from a request's arrival to its first generated token.",
@@ -76,9 +82,16 @@ class ServerMetrics:
         """Count a request a limit ended: ``"send"``, ``"read"`` or ``"request"``."""
         self._timeouts.labels(self.model_name, kind).inc()
 
+    def generated(self, stats: StatsSnapshot, predicted: int) -> None:
+        """Count a generation that ran to its end: its final ``stats``, the ``predicted`` tokens it reported."""
+        self.llama.add(stats, predicted)
+
     def render(self) -> bytes:
-        """The registry in Prometheus text format (`CONTENT_TYPE`)."""
-        return generate_latest(self.registry)
+        """The registry, then llama-server's metrics, in Prometheus text format (`CONTENT_TYPE`).
+
+        Restarts the window llama-server's throughput gauges average over.
+        """
+        return generate_latest(self.registry) + render_llama_metrics(self.llama, self._pool).encode()
 
 
 class _PoolCollector:

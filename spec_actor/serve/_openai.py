@@ -32,11 +32,12 @@ async def _generate(exchange: Exchange, state: ServerState, kind: Literal["compl
         raise shutting_down()
     data = await read_body(exchange, state)
     prepared = await in_worker(state, prepare_body, kind, data, state.pool.model, state.n_ctx, state.limits,
-                               state.chat_template, state.max_choices)
+                               state.chat_template, state.max_choices, state.defaults)
     await answer(exchange, prepared, state, arrived_at)
 
 
 async def models(exchange: Exchange, state: ServerState) -> None:
-    """``GET /v1/models``: the one model, as OpenAI lists models."""
-    model = {"id": state.model_name, "object": "model", "created": state.created, "owned_by": "spec_actor"}
+    """``GET /v1/models``: the one model, as OpenAI lists models, with llama-server's ``aliases`` and ``tags``."""
+    model = {"id": state.model_name, "aliases": list(state.model_aliases), "tags": list(state.model_tags),
+             "object": "model", "created": state.created, "owned_by": "spec_actor"}
     await exchange.send_json(200, {"object": "list", "data": [model]})

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ._errors import rpc_worker_failed, shutting_down
+from ._errors import endpoint_off, rpc_worker_failed, shutting_down
 from ._http import Exchange
 from ._metrics import CONTENT_TYPE
 from ._state import ServerState
@@ -20,5 +20,12 @@ async def health(exchange: Exchange, state: ServerState) -> None:
 
 
 async def metrics(exchange: Exchange, state: ServerState) -> None:
-    """``GET /metrics``: Prometheus text (`ServerMetrics`)."""
-    await exchange.send_bytes(200, state.metrics.render(), [(b"content-type", CONTENT_TYPE.encode())])
+    """``GET /metrics``: Prometheus text (`ServerMetrics`); when the server started, in llama-server's header
+    (capitalized as it writes it: clients that keep headers in a plain dict look it up that way).
+
+    A 501 when the server was started with ``--no-metrics``.
+    """
+    if not state.endpoints.metrics:
+        raise endpoint_off("/metrics", "--no-metrics")
+    await exchange.send_bytes(200, state.metrics.render(), [(b"content-type", CONTENT_TYPE.encode()),
+                                                            (b"Process-Start-Time-Unix", b"%d" % state.created)])

@@ -115,7 +115,8 @@ def parse_chat(body: object, grammar_limits: GrammarLimits = GrammarLimits(), ma
     n = _choices(body, max_choices)
     messages = _messages(body.get("messages"))
     max_tokens = _max_tokens(body, ("max_completion_tokens", "max_tokens"), None)
-    options = request_options(body, grammar_limits) | {"logprobs": chat_logprobs_option(body)} | tool_options(body)
+    options = (request_options(body, grammar_limits) | {"logprobs": chat_logprobs_option(body)} | tool_options(body)
+               | _template_kwargs(body))
     return Job("chat", *stream_fields(body), max_tokens=max_tokens, messages=messages, options=options, n=n)
 
 
@@ -134,6 +135,21 @@ def _choices(body: dict[str, Any], max_choices: int) -> int:
     get_field(body, "model", str, default=None)
     get_field(body, "user", str, default=None)
     return n
+
+
+def _template_kwargs(body: dict[str, Any]) -> dict[str, Any]:
+    """``{"template_kwargs": ...}``: llama-server's ``chat_template_kwargs``, variables of a Jinja template; {} if none.
+
+    Their ``enable_thinking`` must be a bool (llama.cpp's formats read it too).
+    """
+    kwargs = get_field(body, "chat_template_kwargs", dict, default=None)
+    if not kwargs:
+        return {}
+    if "enable_thinking" in kwargs and not isinstance(kwargs["enable_thinking"], bool):
+        raise bad_request(f"chat_template_kwargs.enable_thinking must be true or false, not "
+                          f"{json_type(kwargs['enable_thinking'])}", param="chat_template_kwargs.enable_thinking",
+                          code="invalid_type")
+    return {"template_kwargs": kwargs}
 
 
 def unsupported(param: str, what: str) -> ApiError:

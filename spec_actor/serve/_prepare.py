@@ -18,7 +18,9 @@ from .._model import Model
 from .._templates import is_builtin
 from .._tools import RenderedChat, chat_prompt, chat_text
 from ._body import parse_body
+from ._defaults import RequestDefaults
 from ._errors import api_error_for, bad_request, context_exceeded
+from ._fields import get_field, json_object
 from ._limits import ServeLimits
 from ._native import parse_native
 from ._params import Job, Kind, parse_chat, parse_completion
@@ -40,16 +42,18 @@ class Prepared:
 
 
 def prepare_body(kind: Kind, data: bytes, model: Model, n_ctx: int,
-                 limits: ServeLimits, chat_template: str | None = None, max_choices: int = 1) -> Prepared:
+                 limits: ServeLimits, chat_template: str | None = None, max_choices: int = 1,
+                 defaults: RequestDefaults = RequestDefaults()) -> Prepared:
     """Check and tokenize the body ``data`` of a ``kind`` request (thread-safe, bounded by ``limits``).
 
-    ``max_choices`` bounds an OpenAI request's ``n`` (`ServerState.max_choices`).
+    ``max_choices`` bounds an OpenAI request's ``n`` (`ServerState.max_choices`); ``defaults`` fill
+    the sampling and length fields the body leaves out.
 
     Raises:
         ApiError: a 400 naming the field or the limit; a prompt of ``n_ctx``
             tokens or more is `context_exceeded`.
     """
-    body = parse_body(data, limits.body)
+    body = defaults.fill(parse_body(data, limits.body), kind)
     if kind == "chat":
         job = parse_chat(body, limits.grammar, max_choices)
     elif kind == "native":
@@ -80,25 +84,33 @@ def prepare_job(job: Job, model: Model, n_ctx: int, chat_template: str | None = 
     return Prepared(job, tokens, options, rendered)
 
 
-def chat_template_text(data: bytes, model: Model, limits: ServeLimits, chat_template: str | None = None) -> str:
+def chat_template_text(data: bytes, model: Model, limits: ServeLimits, chat_template: str | None = None,
+                       defaults: RequestDefaults = RequestDefaults()) -> str:
     """The prompt text a chat body renders to (llama-server's ``/apply-template``), control tokens as text.
+
+    ``add_generation_prompt: false`` ends it after the last message.
 
     Raises:
         ApiError: a 400 naming the field, as for a chat completion.
     """
-    job = parse_chat(parse_body(data, limits.body), limits.grammar)
+    body = defaults.fill(parse_body(data, limits.body), "chat")
+    job = parse_chat(body, limits.grammar)
+    add_generation_prompt = get_field(json_object(body), "add_generation_prompt", bool, default=True)
     options = dict(job.options)
     with _as_api_error("messages"):
-        return chat_text(model, job.messages, **_template_options(chat_template), **_tool_fields(options))
+        return chat_text(model, job.messages, add_generation_prompt=add_generation_prompt,
+                         **_template_options(chat_template), **_tool_fields(options))
 
 
-def count_chat_tokens(data: bytes, model: Model, limits: ServeLimits, chat_template: str | None = None) -> int:
+def count_chat_tokens(data: bytes, model: Model, limits: ServeLimits, chat_template: str | None = None,
+                      defaults: RequestDefaults = RequestDefaults()) -> int:
     """The prompt tokens of a chat body, as a chat completion would run it (``/chat/completions/input_tokens``).
 
     Raises:
         ApiError: a 400 naming the field, as for a chat completion.
     """
-    return count_job_tokens(parse_chat(parse_body(data, limits.body), limits.grammar), model, chat_template)
+    job = parse_chat(defaults.fill(parse_body(data, limits.body), "chat"), limits.grammar)
+    return count_job_tokens(job, model, chat_template)
 
 
 def count_job_tokens(job: Job, model: Model, chat_template: str | None = None, prompt_param: str = "messages") -> int:
@@ -129,8 +141,9 @@ def _template_options(chat_template: str | None) -> dict[str, Any]:
 
 
 def _tool_fields(options: dict[str, Any]) -> dict[str, Any]:
-    """The tool fields taken out of a chat job's ``options``, for `chat_prompt`."""
-    return {k: options.pop(k) for k in ("tools", "tool_choice", "parallel_tool_calls") if k in options}
+    """The tool fields and template variables taken out of a chat job's ``options``, for `chat_prompt`."""
+    return {k: options.pop(k) for k in ("tools", "tool_choice", "parallel_tool_calls", "template_kwargs")
+            if k in options}
 
 
 def _tokens(job: Job, model: Model, chat_template: str | None) -> tuple[list[int], dict[str, Any], RenderedChat | None]:

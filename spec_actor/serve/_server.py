@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import socket
@@ -21,9 +22,11 @@ from .._tools import check_template
 from .._errors import ConfigError
 from .._validate import check_int
 from ._app import App, ServerState
+from ._defaults import RequestDefaults
 from ._cors import check_origins
 from ._limits import ServeLimits
 from ._metrics import ServerMetrics
+from ._state import Endpoints
 from ._vertex import VertexRoutes
 
 __all__ = ["Server", "open_server"]
@@ -82,17 +85,21 @@ class Server:
 
 
 @asynccontextmanager
-async def open_server(model: Model, *, host: str = "127.0.0.1", port: int = 8080, pool: int = 1,
+async def open_server(model: Model, *, host: str | Sequence[str] = "127.0.0.1", port: int = 8080, pool: int = 1,
                       spec: Spec | str | None = None, api_key: str | None = None, n_ctx: int = 4096,
                       max_queue: int = 16, max_body: int = DEFAULT_MAX_BODY, model_name: str | None = None,
+                      model_aliases: Sequence[str] = (), model_tags: Sequence[str] = (),
                       limits: ServeLimits | None = None, chat_template: str | None = None,
                       cors_origins: Sequence[str] = (), vllm_metric_names: bool = False,
-                      vertex: VertexRoutes | None = None, **context_options: Any) -> AsyncIterator[Server]:
+                      defaults: RequestDefaults | None = None, metrics_endpoint: bool = True,
+                      slots_endpoint: bool = True, vertex: VertexRoutes | None = None,
+                      **context_options: Any) -> AsyncIterator[Server]:
     """Serve ``model`` over HTTP with OpenAI's API until the block is left or `Server.stop` is called.
 
     Args:
         model: The loaded model (`load_model`).
-        host, port: Where to listen; port 0 lets the OS choose (see `Server.url`).
+        host, port: Where to listen: an address, or several on the same port (as llama-server's
+            ``--host 127.0.0.1,::1``); port 0 lets the OS choose (see `Server.url`, the first address's).
         pool: Actors, so requests that run at once (each has its own context).
         spec: Speculative decoding of every actor; None for the library's default.
         api_key: When set, every route but ``/health`` and ``/metrics`` needs it, sent as
@@ -101,6 +108,8 @@ async def open_server(model: Model, *, host: str = "127.0.0.1", port: int = 8080
         max_queue: Requests that may wait per actor; past that, a 429.
         max_body: Largest request body in bytes; past that, a 413.
         model_name: The model id clients see (default: the GGUF's file name without ``.gguf``).
+        model_aliases, model_tags: Further names and informational tags of the model, listed in
+            ``/v1/models`` (llama-server's ``aliases``, with ``model_name``, and ``tags``).
         limits: Timeouts (send, read, per request, shutdown) and parser
             bounds (`ServeLimits`; its defaults when None).
         chat_template: The chat template of every chat instead of the GGUF's own:
@@ -115,6 +124,10 @@ async def open_server(model: Model, *, host: str = "127.0.0.1", port: int = 8080
         vllm_metric_names: Also export the inference gateway's three gauges in
             ``/metrics`` under vLLM's names (``vllm:num_requests_waiting``, ...),
             which an endpoint picker reads by default.
+        defaults: What a request gets for the temperature, seed and length it leaves out
+            (llama-server's ``--temp``, ``--seed``, ``--n-predict``); None: the request's own defaults.
+        metrics_endpoint, slots_endpoint: Whether ``GET /metrics`` and ``GET /slots`` answer; off,
+            they are llama-server's 501 (docs/decisions/0107).
         vertex: Also answer Google Cloud Vertex AI's prediction route (and health
             route) as llama-server does under ``AIP_MODE=PREDICTION``
             (`VertexRoutes.from_env` reads its variables); None: not.
@@ -134,28 +147,62 @@ async def open_server(model: Model, *, host: str = "127.0.0.1", port: int = 8080
     limits = ServeLimits() if limits is None else limits
     if not isinstance(limits, ServeLimits):
         raise ConfigError(f"limits={limits!r} is invalid: expected a spec_actor.serve.ServeLimits")
+    if defaults is not None and not isinstance(defaults, RequestDefaults):
+        raise ConfigError(f"defaults={defaults!r} is invalid: expected a spec_actor.serve.RequestDefaults")
     if chat_template is not None:
         check_template(model, chat_template)
     origins = check_origins(cors_origins)
+    hosts = _hosts(host)
+    aliases = ((model_name,) if model_name else ()) + _names(model_aliases, "model_aliases")
+    tags = _names(model_tags, "model_tags")
     pool_options = dict(context_options, size=pool, n_ctx=n_ctx, max_queue=max_queue)
     if spec is not None:
         pool_options["spec"] = spec
     name = model_name or Path(model.path).name.removesuffix(".gguf")
-    with _bound_socket(host, port) as sock:  # bound before the pool opens: a taken port fails fast, plainly
+    with contextlib.ExitStack() as bound:  # bound before the pool opens: a taken port fails fast, plainly
+        socks = [bound.enter_context(_bound_socket(hosts[0], port))]
+        port = socks[0].getsockname()[1]  # the other addresses share the first one's port
+        socks += [bound.enter_context(_bound_socket(h, port)) for h in hosts[1:]]
         async with open_pool(model, **pool_options) as actors:
             state = ServerState(pool=actors, model_name=name, metrics=ServerMetrics(actors, name, vllm_names=vllm_metric_names),
-                                api_key=api_key, max_body=max_body, limits=limits, chat_template=chat_template)
-            url = _url(sock)
+                                api_key=api_key, max_body=max_body, limits=limits, chat_template=chat_template,
+                                defaults=defaults or RequestDefaults(), model_aliases=aliases,
+                                model_tags=tags,
+                                endpoints=Endpoints(metrics=metrics_endpoint, slots=slots_endpoint))
+            url = _url(socks[0])
             with unwrap_groups():
                 async with trio.open_nursery() as nursery:
                     # The listener owns the socket from here: when it stops listening (at
                     # shutdown), the socket closes and new connections are refused.
                     await nursery.start(functools.partial(
-                        state.connections.serve, App(state, cors_origins=origins, vertex=vertex), _config(), sock, state.stopping, limits.shutdown_timeout))
+                        state.connections.serve, App(state, cors_origins=origins, vertex=vertex), _config(), socks, state.stopping, limits.shutdown_timeout))
                     try:
                         yield Server(state, url)
                     finally:
                         state.stopping.set()
+
+
+def _hosts(host: str | Sequence[str]) -> tuple[str, ...]:
+    """The addresses to listen on: one, or a non-empty sequence of distinct ones.
+
+    Raises:
+        ConfigError: none, or not strings.
+    """
+    hosts = (host,) if isinstance(host, str) else tuple(host)
+    if not hosts or not all(isinstance(h, str) and h for h in hosts) or len(set(hosts)) < len(hosts):
+        raise ConfigError(f"host={host!r} is invalid: expected an address, or a sequence of distinct addresses")
+    return hosts
+
+
+def _names(names: Sequence[str], what: str) -> tuple[str, ...]:
+    """``names`` (model aliases or tags) checked: non-empty strings.
+
+    Raises:
+        ConfigError: one string instead of a sequence, or an item that is not a non-empty string.
+    """
+    if isinstance(names, str) or not all(isinstance(n, str) and n for n in names):
+        raise ConfigError(f"{what}={names!r} is invalid: expected a sequence of non-empty strings")
+    return tuple(names)
 
 
 def _bound_socket(host: str, port: int) -> socket.socket:

@@ -11,10 +11,11 @@ import trio
 from .._pool import ActorPool
 from .._stats import StatsSnapshot
 from ._connections import Connections
+from ._defaults import RequestDefaults
 from ._limits import ServeLimits
 from ._metrics import ServerMetrics
 
-__all__ = ["Cancellation", "ServerState"]
+__all__ = ["Cancellation", "Endpoints", "ServerState"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +42,16 @@ class Cancellation:
     def seconds_to_idle(self) -> float:
         """From seeing the hang-up (or the shutdown) to the actor being idle."""
         return self.idle_at - self.seen_at
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoints:
+    """The routes a server may turn off; off, they answer llama-server's 501 ``not_supported_error``."""
+
+    metrics: bool = True
+    """``GET /metrics`` (llama-server: only with ``--metrics``; here on unless ``--no-metrics``, decision 0107)."""
+    slots: bool = True
+    """``GET /slots`` (on unless ``--no-slots``, as in llama-server)."""
 
 
 @dataclass(slots=True)
@@ -71,7 +82,15 @@ class ServerState:
     """Chat template used instead of the GGUF's: Jinja text or a built-in name (llama-server's --chat-template
     and --chat-template-file); None: the GGUF's."""
     created: int = field(default_factory=lambda: int(time.time()))
-    """When the server started (Unix time), the models' ``created``."""
+    """When the server started (Unix time), the models' ``created`` and ``/metrics``' ``Process-Start-Time-Unix``."""
+    defaults: RequestDefaults = field(default_factory=lambda: RequestDefaults())
+    """The sampling and length a request gets for the fields it leaves out (``--temp``, ``--seed``, ``--n-predict``)."""
+    model_aliases: tuple[str, ...] = ()
+    """The model's names given to the server (``/v1/models``' ``aliases``; the first is `model_name`)."""
+    model_tags: tuple[str, ...] = ()
+    """Informational tags of the model (``/v1/models``' ``tags``)."""
+    endpoints: Endpoints = field(default_factory=lambda: Endpoints())
+    """Which of the optional routes answer (``/metrics``, ``/slots``)."""
 
     @property
     def n_ctx(self) -> int:

@@ -28,6 +28,7 @@ def timings(stats: StatsSnapshot, predicted_n: int) -> dict[str, Any]:
     prompt_ms = stats.timing_us.prefill / 1000
     predicted_ms = max(stats.timing_us.total - stats.timing_us.prefill, 0) / 1000
     prompt_n = stats.prompt_prefilled
+    decodes = max(predicted_n - 1, 0)  # the first token is sampled from the prompt's logits, without a decode
     return {
         "cache_n": stats.prompt_reused,
         "prompt_n": prompt_n,
@@ -36,8 +37,8 @@ def timings(stats: StatsSnapshot, predicted_n: int) -> dict[str, Any]:
         "prompt_per_second": _ratio(1000 * prompt_n, prompt_ms),
         "predicted_n": predicted_n,
         "predicted_ms": predicted_ms,
-        "predicted_per_token_ms": _ratio(predicted_ms, predicted_n),
-        "predicted_per_second": _ratio(1000 * predicted_n, predicted_ms),
+        "predicted_per_token_ms": _ratio(predicted_ms, decodes),
+        "predicted_per_second": _ratio(1000 * decodes, predicted_ms),
         "draft_n": stats.drafts_generated,
         "draft_n_accepted": stats.drafts_accepted,
     }
