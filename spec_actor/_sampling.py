@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, final
 
@@ -18,6 +20,9 @@ __all__ = ["LLAMA_DEFAULT_SEED", "Sampling"]
 
 LLAMA_DEFAULT_SEED = 0xFFFFFFFF
 """The seed value that asks llama.cpp for a random seed."""
+
+_FLOAT32_MAX = 3.4028234663852886e38
+"""The largest bias the native float holds."""
 
 _ROOT_RE = re.compile(r"[a-zA-Z0-9-]+")
 
@@ -57,6 +62,11 @@ class Sampling:
             which on the grammar applies, as llama-server constrains a tool
             call under ``tool_choice="auto"``; None: the grammar applies
             from the first token.
+        logit_bias: Biases added to tokens' logits before the other
+            samplers, as llama.cpp's logit-bias sampler: a mapping of token
+            id to bias, or (token id, bias) pairs; ``-math.inf`` bans a
+            token. Token ids are checked against the model's vocabulary
+            when the run starts. Stored as a tuple of pairs.
 
     `from_options` (the public API's sampler options) also takes
     ``json_schema``: a JSON schema (a dict) that becomes the grammar,
@@ -84,6 +94,7 @@ class Sampling:
     grammar_limits: GrammarLimits = GrammarLimits()
     grammar_prefill: str = ""
     grammar_triggers: str | None = None
+    logit_bias: tuple[tuple[int, float], ...] = ()
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
@@ -117,6 +128,7 @@ class Sampling:
                                                   or "\0" in self.grammar_triggers or self.grammar is None):
             raise ConfigError(f"grammar_triggers={self.grammar_triggers!r} is invalid: expected JSON text "
                               "without NUL, with a grammar")
+        set_(self, "logit_bias", _check_logit_bias(self.logit_bias))
         if not isinstance(self.grammar_root, str) or not _ROOT_RE.fullmatch(self.grammar_root):
             raise ConfigError(
                 f"grammar_root={self.grammar_root!r} is invalid: expected a rule name of letters, "
@@ -152,11 +164,32 @@ class Sampling:
             "penalty_freq": self.frequency_penalty, "penalty_present": self.presence_penalty,
             "grammar": self.grammar, "grammar_root": self.grammar_root,
             "grammar_triggers": self.grammar_triggers if self.grammar else None,
-        }  # fmt: skip  (grammar_prefill goes with the run: Session.run)
+        }  # fmt: skip  (grammar_prefill and logit_bias's arrays go with the run: Session.run)
 
 
 _OPTION_NAMES_ORDERED = (*(f.name for f in dataclasses.fields(Sampling)), "json_schema")
 _OPTION_NAMES = frozenset(_OPTION_NAMES_ORDERED)
+
+
+def _check_logit_bias(bias: Any) -> tuple[tuple[int, float], ...]:
+    """``logit_bias`` as a tuple of (token id, bias) pairs: ids from 0, biases finite or -inf."""
+    pairs = bias.items() if isinstance(bias, Mapping) else bias
+    try:
+        pairs = tuple(tuple(pair) for pair in pairs)
+    except TypeError:
+        pairs = None
+    if pairs is None or not all(len(pair) == 2 for pair in pairs):
+        raise ConfigError(f"logit_bias={bias!r} is invalid: expected a mapping of token id to bias, or "
+                          "(token id, bias) pairs")
+    out = []
+    for token, value in pairs:
+        check_int("logit_bias token", token, 0, hint="use the token ids of the model's vocabulary")
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and value == -math.inf:
+            out.append((token, -math.inf))
+            continue
+        out.append((token, check_float(f"logit_bias[{token}]", value, -_FLOAT32_MAX, _FLOAT32_MAX,
+                                       hint="use a finite bias, or -math.inf to ban the token")))
+    return tuple(out)
 
 
 def _schema_as_grammar(schema: Any, grammar: str | None) -> str | None:

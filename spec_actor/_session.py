@@ -265,7 +265,7 @@ class Session:
         collector = _Collector(self._decoder, on_events)
         status = _ns.run(self._live(), tokens, max_tokens=max_tokens, emit_stats_every=emit_stats_every,
                          sampling=sampling.native_params(), on_batch=collector, seq=seq, logprobs=logprobs,
-                         grammar_prefill=prefill)
+                         grammar_prefill=prefill, logit_bias=sampling.logit_bias)
         return collector.result(status, self._snapshot(1, seq))
 
     def cancel(self, seq: int | None = None) -> None:

@@ -187,6 +187,14 @@ typedef struct {
      * "": not lazy. A bad type, a token outside the vocabulary or a pattern
      * that is not a regex is SA_ERR_INVALID_ARG. */
     const char * grammar_triggers;
+    /* Biases added to the logits of these tokens before the other samplers
+     * (llama.cpp's logit-bias sampler, as llama-server's "logit_bias"):
+     * logit_bias_values[i] for token logit_bias_tokens[i]; -INFINITY bans the
+     * token. n_logit_bias 0 (the arrays may be NULL): none. A token outside
+     * the vocabulary, a NaN or +INFINITY bias is SA_ERR_INVALID_ARG. */
+    const int32_t * logit_bias_tokens;
+    const float * logit_bias_values;
+    int32_t n_logit_bias;
 } sa_sampling_params;
 
 typedef struct {

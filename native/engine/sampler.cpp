@@ -19,6 +19,7 @@ common_sampler * make_sampler(const sa_model & m, const sa_sampling_params & sp,
     p.penalty_freq = sp.penalty_freq;
     p.penalty_present = sp.penalty_present;
     p.no_perf = false;
+    for (int32_t i = 0; i < sp.n_logit_bias; ++i) p.logit_bias.push_back({sp.logit_bias_tokens[i], sp.logit_bias_values[i]});
     const bool has_grammar = sp.grammar != nullptr && sp.grammar[0] != '\0';
     if (has_grammar && (*st = sa_grammar_check(sp.grammar, nullptr)) != SA_OK) return nullptr;
     const bool lazy = has_grammar && sp.grammar_triggers != nullptr && sp.grammar_triggers[0] != '\0';
@@ -62,7 +63,7 @@ bool picks_argmax(const llama_vocab * vocab, const sa_sampling_params & sp) {
     const bool grammar = sp.grammar != nullptr && sp.grammar[0] != '\0';
     const bool penalties = sp.penalty_last_n != 0 &&
                            (sp.penalty_repeat != 1.0f || sp.penalty_freq != 0.0f || sp.penalty_present != 0.0f);
-    return sp.temp <= 0.0f && !grammar && !penalties && n_suppress == 0;
+    return sp.temp <= 0.0f && !grammar && !penalties && n_suppress == 0 && sp.n_logit_bias == 0;
 }
 
 llama_tokens argmax_sample_and_accept_n(llama_context * ctx, const std::vector<int> & idxs, const llama_tokens & draft) {

@@ -22,8 +22,8 @@ common_sampler * make_sampler(const sa_model & m, const sa_sampling_params & sp,
                               const std::string & prefill = "");
 
 // Whether sp makes the sampler pick the most likely token and nothing else
-// can change which one: greedy, no grammar, neutral penalties, and a
-// vocabulary without suppressed tokens. Then argmax_sample_and_accept_n
+// can change which one: greedy, no grammar, neutral penalties, no logit
+// biases, and a vocabulary without suppressed tokens. Then argmax_sample_and_accept_n
 // gives the sampler's tokens without its pass over the whole vocabulary.
 bool picks_argmax(const llama_vocab * vocab, const sa_sampling_params & sp);
 

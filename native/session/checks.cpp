@@ -233,6 +233,26 @@ sa_status validate_run(const sa_session & s, const sa_run_params & p) {
         !std::isfinite(sp.penalty_present)) {
         return fail(SA_ERR_INVALID_ARG, "sampling parameters out of range (temp finite, 0<top_p<=1, 0<=min_p<=1, top_k>=0, repeat_penalty>0)");
     }
+    return check_logit_bias(s.model->model, sp);
+}
+
+sa_status check_logit_bias(const llama_model * model, const sa_sampling_params & sp) {
+    if (sp.n_logit_bias < 0 || (sp.n_logit_bias > 0 && (sp.logit_bias_tokens == nullptr || sp.logit_bias_values == nullptr))) {
+        return fail(SA_ERR_INVALID_ARG, range_msg("n_logit_bias", sp.n_logit_bias, "must be >= 0, with both arrays"));
+    }
+    const int32_t n_vocab = llama_vocab_n_tokens(llama_model_get_vocab(model));
+    for (int32_t i = 0; i < sp.n_logit_bias; ++i) {
+        const int32_t token = sp.logit_bias_tokens[i];
+        const float bias = sp.logit_bias_values[i];
+        if (token < 0 || token >= n_vocab) {
+            return fail(SA_ERR_INVALID_ARG, "logit_bias token " + std::to_string(token) + " is outside the vocabulary (0.." +
+                                                std::to_string(n_vocab - 1) + ")");
+        }
+        if (std::isnan(bias) || bias == INFINITY) {
+            return fail(SA_ERR_INVALID_ARG, "logit_bias of token " + std::to_string(token) +
+                                                " must be a finite number or -infinity");
+        }
+    }
     return SA_OK;
 }
 

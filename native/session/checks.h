@@ -28,6 +28,9 @@ sa_status check_in_vocab(const llama_model * model, const int32_t * tokens, int3
 // The prompt, budget and sampling parameters of one run on a session.
 sa_status validate_run(const sa_session & s, const sa_run_params & p);
 
+// The logit biases of sp: each token in the model's vocabulary, each bias finite or -infinity.
+sa_status check_logit_bias(const llama_model * model, const sa_sampling_params & sp);
+
 // Whether llama.cpp's ngram-cache drafter may run on a context of n_context
 // tokens (the tokens in memory plus the newest one). Its lookup reads the
 // last LLAMA_NGRAM_MAX (4) tokens, but common_ngram_cache_draft

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Callable
 
 from ._check import check
@@ -87,7 +87,7 @@ def can_batch(model: Any, *, spec: Mapping[str, Any], draft_model: Any, n_batch:
 
 def run(handle: SessionHandle, tokens: list[int], *, max_tokens: int, emit_stats_every: int,
         sampling: Mapping[str, Any], on_batch: Callable[[bytes], Any], seq: int | None = None,
-        logprobs: int | None = None, grammar_prefill: str = "") -> int:
+        logprobs: int | None = None, grammar_prefill: str = "", logit_bias: Sequence[tuple[int, float]] = ()) -> int:
     """Run one generation, calling on_batch(msgpack bytes) once per loop step.
 
     ``sampling`` holds the ``sa_sampling_params`` fields by name (strings
@@ -96,7 +96,8 @@ def run(handle: SessionHandle, tokens: list[int], *, max_tokens: int, emit_stats
     terminal event was delivered), CANCELLED or STOPPED; raises for invalid
     input and re-raises an exception that on_batch raised. Blocks: call it
     from a worker thread. The request runs on sequence ``seq`` (None: 0, a
-    one-sequence session's) with its own ``logprobs`` and ``grammar_prefill``.
+    one-sequence session's) with its own ``logprobs`` and ``grammar_prefill``;
+    ``logit_bias`` (token, bias) pairs fill the sampling's bias arrays.
     """
     keepalive: list[Any] = []
     params = ffi.new("sa_run_params *")
@@ -106,6 +107,7 @@ def run(handle: SessionHandle, tokens: list[int], *, max_tokens: int, emit_stats
     params.max_tokens = max_tokens
     params.emit_stats_every = emit_stats_every
     fill(params.sampling, sampling, keepalive)
+    _fill_logit_bias(params.sampling, logit_bias, keepalive)
     callback = _Callback(on_batch)
     user = ffi.new_handle(callback)
     status = lib.sa_session_run(handle, 0 if seq is None else seq, params, -1 if logprobs is None else logprobs,
@@ -115,6 +117,18 @@ def run(handle: SessionHandle, tokens: list[int], *, max_tokens: int, emit_stats
     if status not in (OK, CANCELLED, STOPPED):
         check(status, "generate")
     return status
+
+
+def _fill_logit_bias(sparams: Any, bias: Sequence[tuple[int, float]], keepalive: list[Any]) -> None:
+    """Set the ``logit_bias_*`` arrays of ``sparams`` from (token, bias) pairs (kept alive in ``keepalive``)."""
+    if not bias:
+        return
+    tokens = ffi.new("int32_t[]", [token for token, _ in bias])
+    values = ffi.new("float[]", [value for _, value in bias])
+    keepalive += [tokens, values]
+    sparams.logit_bias_tokens = tokens
+    sparams.logit_bias_values = values
+    sparams.n_logit_bias = len(bias)
 
 
 def cancel(handle: SessionHandle) -> None:

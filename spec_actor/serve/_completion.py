@@ -18,7 +18,7 @@ import trio
 
 from .._events import Done, Eog, Token
 from ._errors import shutting_down
-from ._generation import Answer, Choice
+from ._generation import Answer, Choice, choice_options
 from ._http import Exchange
 from ._logprobs import native_probabilities
 from ._prepare import Prepared, prepare_body
@@ -34,7 +34,7 @@ async def completion(exchange: Exchange, state: ServerState) -> None:
     """``POST /completion``: llama-server's native completion."""
     model, n_ctx, limits, template = state.pool.model, state.n_ctx, state.limits, state.chat_template
     await native_answer(exchange, state, lambda data: prepare_body("native", data, model, n_ctx, limits, template,
-                                                                   defaults=state.defaults))
+                                                                   state.max_choices, defaults=state.defaults))
 
 
 async def native_answer(exchange: Exchange, state: ServerState, prepare: Callable[[bytes], Prepared]) -> None:
@@ -53,54 +53,81 @@ async def native_answer(exchange: Exchange, state: ServerState, prepare: Callabl
 
 
 class NativeAnswer(Answer):
-    """A native completion's run, answered in llama-server's shape."""
+    """A native completion's run, answered in llama-server's shape: one answer per choice.
+
+    A request with several prompts, or ``n_cmpl`` above 1, has several
+    choices (``n_cmpl`` of each prompt, in order); a whole answer is then
+    an array of answers, and a stream's events carry their choice's ``index``.
+    """
 
     def __init__(self, exchange: Exchange, prepared: Prepared, state: ServerState, arrived_at: float) -> None:
         super().__init__(exchange, prepared, state, arrived_at)
         assert self.job.native is not None
         self.native = self.job.native
-        self.prompt_ids = prepared.tokens
-        self.ids: list[int] = []
-        """The generated token ids (all of them for a whole answer; a stream sends each at once)."""
-        self.probs: list[Token] = []
-        """Tokens whose probabilities go into the whole answer."""
-        self.has_new_line = False
-        """Whether a generated token held a newline."""
+        self.prompts = prepared.prompt_tokens()
+        self.ids: list[list[int]] = [[] for _ in self.choices]
+        """Each choice's generated token ids (all of them for a whole answer; a stream sends each at once)."""
+        self.probs: list[list[Token]] = [[] for _ in self.choices]
+        """Each choice's tokens whose probabilities go into its whole answer."""
+        self.has_new_line = [False] * len(self.choices)
+        """Whether a token a choice generated held a newline."""
+
+    def _prompt_of(self, choice: Choice) -> list[int]:
+        return self.prompts[choice.index // self.job.n]
 
     async def _deliver(self, choice: Choice, ev: Token) -> None:
-        self.has_new_line = self.has_new_line or "\n" in ev.text
+        i = choice.index
+        self.has_new_line[i] = self.has_new_line[i] or "\n" in ev.text
         if not self.job.stream:
             choice.text.append(ev.text)
-            self.ids.append(ev.id)
+            self.ids[i].append(ev.id)
             if self.native.n_probs:
-                self.probs.append(ev)
+                self.probs[i].append(ev)
             return
-        chunk = {"index": 0, "content": ev.text, "tokens": [ev.id], "stop": False, "id_slot": -1,
-                 "tokens_predicted": self.tokens, "tokens_evaluated": len(self.prompt_ids)}
+        chunk = {"index": i, "content": ev.text, "tokens": [ev.id], "stop": False, "id_slot": -1,
+                 "tokens_predicted": choice.tokens, "tokens_evaluated": len(self._prompt_of(choice))}
         if self.native.n_probs:
             chunk["completion_probabilities"] = native_probabilities([ev], self.state.pool.model.tokenizer)
         await self.exchange.send_event(chunk)
 
+    async def _close_choice(self, choice: Choice, extra: dict[str, Any] | None = None) -> None:
+        """A streamed choice's last event: its whole answer's fields, with ``stop: true``."""
+        if not self.exchange.started:  # not a single token (an immediate end of generation)
+            await self._open_stream()
+        await self.exchange.send_event(await self._final(choice))
+
     async def _respond(self) -> None:
-        choice = self.choices[0]  # one per native request
-        prompt_tokens, _ = self._counts()
+        if not self.job.stream:
+            answers = [await self._final(choice) for choice in self.choices]
+            await self.exchange.send_json(200, answers[0] if len(answers) == 1 else answers)
+            return
+        if len(self.choices) == 1:  # several choices sent each as it ended
+            await self._close_choice(self.choices[0])
+        await self.exchange.end_events()
+
+    async def _final(self, choice: Choice) -> dict[str, Any]:
+        """Choice ``choice``'s whole answer (a stream's last event of it), counted in the metrics."""
+        i = choice.index
+        prompt_tokens, _ = choice.counts()
         self.state.metrics.finished(choice.finish_reason or "stop")
-        stats = self._stats()
         tokenizer = self.state.pool.model.tokenizer
-        prompt = await in_worker(self.state, lambda: tokenizer.decode(self.prompt_ids, special=True))
+        prompt_ids = self._prompt_of(choice)
+        prompt = await in_worker(self.state, lambda: tokenizer.decode(prompt_ids, special=True))
         stop = self.job.options.get("stop") or []
         stop_type = _stop_type(choice.end)
         # llama-server counts an end-of-generation token among the predicted ones and lists it in `tokens`
         eog = [choice.end.token] if type(choice.end) is Eog else []
-        predicted = self.tokens + len(eog)
-        speculation = speculation_fields(stats, predicted)
-        settings = generation_settings(self.job.options["sampling"], n_predict=self.native.n_predict,
+        predicted = choice.tokens + len(eog)
+        speculation = speculation_fields(choice.stats(), predicted)
+        sampling = choice_options(self.job.options, i % self.job.n)["sampling"]  # its own seed
+        settings = generation_settings(sampling, n_predict=self.native.n_predict,
                                        stream=self.job.stream, n_probs=self.native.n_probs, stop=stop,
-                                       speculative_type=self.state.pool.actors[0].spec.type)
+                                       speculative_type=self.state.pool.actors[0].spec.type,
+                                       ignore_eos=self.native.ignore_eos)
         answer = {
-            "index": 0,
+            "index": i,
             "content": "" if self.job.stream else "".join(choice.text),
-            "tokens": self.ids + eog if self.native.return_tokens and not self.job.stream else [],
+            "tokens": self.ids[i] + eog if self.native.return_tokens and not self.job.stream else [],
             "id_slot": -1,
             "stop": True,
             "model": self.state.model_name,
@@ -108,25 +135,29 @@ class NativeAnswer(Answer):
             "tokens_evaluated": prompt_tokens,
             "generation_settings": settings,
             "prompt": prompt,
-            "has_new_line": self.has_new_line,
-            "truncated": False,
+            "has_new_line": self.has_new_line[i],
+            "truncated": self._truncated(choice),
             "stop_type": stop_type,
             "stopping_word": stop[0] if stop_type == "word" and len(stop) == 1 else "",
             # what the context holds, as llama-server counts it: the prompt and every predicted token but
             # the last, which was sampled and never evaluated
             "tokens_cached": prompt_tokens + max(predicted - 1, 0),
         } | speculation
-        if self.probs:
-            answer["completion_probabilities"] = native_probabilities(self.probs, tokenizer)
+        if self.probs[i]:
+            answer["completion_probabilities"] = native_probabilities(self.probs[i], tokenizer)
         if self.native.response_fields is not None:
             answer = _pick(answer, self.native.response_fields)
-        if not self.job.stream:
-            await self.exchange.send_json(200, answer)
-            return
-        if not self.exchange.started:  # not a single token (an immediate end of generation)
-            await self._open_stream()
-        await self.exchange.send_event(answer)
-        await self.exchange.end_events()
+        return answer
+
+    def _truncated(self, choice: Choice) -> bool:
+        """Whether the context's end stopped ``choice``: it ended by length short of ``n_predict`` (or without one).
+
+        llama-server (without ``--context-shift``) says ``truncated`` then.
+        """
+        end = choice.end
+        if type(end) is not Done or end.reason != "max_tokens":
+            return False
+        return self.native.n_predict < 0 or choice.tokens < self.native.n_predict
 
 
 def _stop_type(end: Done | Eog | None) -> str:

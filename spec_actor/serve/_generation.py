@@ -40,7 +40,7 @@ from ._timings import speculation_fields
 from ._tools import delta_json, tool_calls_json
 
 
-__all__ = ["Answer", "Choice", "answer"]
+__all__ = ["Answer", "Choice", "answer", "choice_options"]
 
 
 async def answer(exchange: Exchange, prepared: Prepared, state: ServerState, arrived_at: float) -> None:
@@ -128,11 +128,12 @@ class Answer:
         """A chat rendered by its Jinja template: how to parse its reply (tool calls)."""
         streams_calls = job.stream and self.rendered is not None and self.rendered.tools
         logprobs = job.options.get("logprobs") is not None
+        prompts = prepared.prompt_tokens()  # n choices of each (llama-server's several prompts, each n_cmpl times)
         self.choices = [
-            Choice(i, self._open(prepared.tokens, choice_options(prepared.options, i)),
+            Choice(i, self._open(prompts[i // job.n], choice_options(prepared.options, i % job.n)),
                    ReplyDiffer(self.rendered) if streams_calls and self.rendered is not None else None,
                    LogprobsShaper(job.kind == "chat", state.pool.model.tokenizer) if logprobs else None)
-            for i in range(job.n)]
+            for i in range(job.n * len(prompts))]
         self.tokens = 0
         """Tokens generated over all choices."""
         self.ended_by: tuple[str, float] | None = None

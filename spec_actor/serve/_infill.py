@@ -31,6 +31,7 @@ from ._errors import bad_request, context_exceeded
 from ._fields import get_field, json_object, json_type, short
 from ._http import Exchange
 from ._limits import ServeLimits
+from ._logit_bias import with_logit_bias
 from ._native import parse_native
 from ._prepare import Prepared
 from ._state import ServerState
@@ -85,6 +86,7 @@ def prepare_infill(data: bytes, model: Model, n_ctx: int, limits: ServeLimits,
     parts = _parts(body)
     rest = {k: v for k, v in body.items() if k not in INFILL_FIELDS}
     job = parse_native(rest | {"prompt": parts.prompt}, model.info.n_vocab, limits.grammar)
+    job = dataclasses.replace(job, options=with_logit_bias(job.options, rest, model))
     room = min(job.max_tokens or n_ctx // 4, n_ctx // 2)  # kept free for the generation
     tokens = infill_prompt(model, parts, n_ctx - room)
     if len(tokens) >= n_ctx:

@@ -36,8 +36,6 @@ _SWITCHES: dict[str, tuple[Any, str]] = {
     "adaptive_target": (lambda v: v < 0, "-1"),
     "n_indent": (lambda v: v == 0, "0"),
     "t_max_predict_ms": (lambda v: v <= 0, "0"),
-    "n_cmpl": (lambda v: v == 1, "1 (one completion per request)"),
-    "n": (lambda v: v == 1, "1 (one completion per request)"),
 }
 # Fields that tune a switched-off sampler, or have no effect here (the context is never shifted: a generation
 # stops at its end; the pool places requests by their shared prefix): type-checked, else ignored.
@@ -45,20 +43,24 @@ _INERT_NUMBERS = ("dynatemp_exponent", "xtc_threshold", "dry_base", "dry_allowed
                   "mirostat_tau", "mirostat_eta", "adaptive_decay", "n_keep", "n_discard", "min_keep",
                   "n_cache_reuse", "id_slot", "sse_ping_interval")
 _INERT_FLAGS = ("cache_prompt", "timings_per_token", "return_progress", "verbose")
-_OFF_FLAGS = ("ignore_eos", "post_sampling_probs", "backend_sampling")
+_OFF_FLAGS = ("post_sampling_probs", "backend_sampling")
 _NEUTRAL_SAMPLERS = ("penalties", "dry", "top_n_sigma", "typ_p", "xtc")
 _PROMPT_FIELD = "prompt_string"
+MAX_PROMPTS = 16
+"""Most prompts in one request (each a request of the pool's queue)."""
 
 
-def parse_native(body: object, n_vocab: int, grammar_limits: GrammarLimits = GrammarLimits()) -> Job:
-    """Check the body of ``POST /completion``; a grammar against ``grammar_limits``.
+def parse_native(body: object, n_vocab: int, grammar_limits: GrammarLimits = GrammarLimits(),
+                 max_choices: int = 1) -> Job:
+    """Check the body of ``POST /completion``; a grammar against ``grammar_limits``, ``n_cmpl`` to ``max_choices``.
 
     Raises:
         ApiError: a 400 naming the field to change.
     """
     body = json_object(body)
     _refuse_switched_on(body)
-    prompt = _prompt(body.get("prompt"), n_vocab)
+    prompts = _prompts(body.get("prompt"), n_vocab)
+    n = _n_cmpl(body, max_choices)
     n_predict = _n_predict(body)
     n_probs = _n_probs(body)
     return_tokens = get_field(body, "return_tokens", bool, default=False)
@@ -69,9 +71,21 @@ def parse_native(body: object, n_vocab: int, grammar_limits: GrammarLimits = Gra
     if get_field(body, "seed", int, default=None) == -1:  # llama-server's "random seed", the library's default
         body = {k: v for k, v in body.items() if k != "seed"}
     options = request_options(body, grammar_limits) | {"logprobs": n_probs or None}
-    native = NativeFields(n_predict, n_probs, return_tokens, None if fields is None else tuple(fields))
+    native = NativeFields(n_predict, n_probs, return_tokens, None if fields is None else tuple(fields),
+                          ignore_eos=get_field(body, "ignore_eos", bool, default=False), prompts=tuple(prompts))
     return Job("native", get_field(body, "stream", bool, default=False), False,
-               max_tokens=None if n_predict < 0 else n_predict, prompt=prompt, options=options, native=native)
+               max_tokens=None if n_predict < 0 else n_predict, prompt=prompts[0], options=options, native=native,
+               n=n)
+
+
+def _n_cmpl(body: dict[str, Any], max_choices: int) -> int:
+    """``n_cmpl`` (alias ``n``): completions per prompt, each a sequence of the pool, at most ``max_choices``."""
+    name = "n_cmpl" if body.get("n_cmpl") is not None else "n"
+    n = get_field(body, name, int, default=1)
+    if not 1 <= n <= max_choices:
+        raise bad_request(f"{name}={n} is invalid: ask for 1 to {max_choices} completions (the pool's size, "
+                          "--pool, or --max-choices)", param=name)
+    return n
 
 
 def _refuse_switched_on(body: dict[str, Any]) -> None:
@@ -88,7 +102,7 @@ def _refuse_switched_on(body: dict[str, Any]) -> None:
     for name in _OFF_FLAGS:
         if get_field(body, name, bool, default=False):
             raise unsupported(name, f"{name}=true")
-    for name in ("lora", "logit_bias", "multimodal_data"):
+    for name in ("lora", "multimodal_data"):
         value = body.get(name)
         if value not in (None, [], {}):
             raise unsupported(name, name)
@@ -117,35 +131,46 @@ def _check_samplers(samplers: object) -> None:
                                       "in that order)")
 
 
-def _prompt(prompt: object, n_vocab: int) -> str | list[int | str]:
-    """The prompt: text, or texts and token ids (checked against the vocabulary)."""
-    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (list, dict)):
-        prompt = prompt[0]  # a batch of one prompt
+def _prompts(prompt: object, n_vocab: int) -> list[str | list[int | str]]:
+    """The prompts: one, or an array of several (each a text, an array of ids and texts, or an object).
+
+    As llama-server reads it: an array holding a token id is one prompt; any
+    other array (of texts, arrays, objects) holds several.
+    """
+    if isinstance(prompt, list) and prompt and not any(isinstance(p, int) and not isinstance(p, bool)
+                                                       for p in prompt):
+        if len(prompt) > MAX_PROMPTS:
+            raise bad_request(f"prompt holds {len(prompt)} prompts; send at most {MAX_PROMPTS} per request",
+                              param="prompt")
+        return [_prompt(p, n_vocab, f"prompt[{i}]") for i, p in enumerate(prompt)]
+    return [_prompt(prompt, n_vocab, "prompt")]
+
+
+def _prompt(prompt: object, n_vocab: int, where: str) -> str | list[int | str]:
+    """One prompt: text, texts and token ids (checked against the vocabulary), or an object; errors name ``where``."""
     if isinstance(prompt, dict):
         if prompt.get("multimodal_data") not in (None, []):
-            raise unsupported("prompt", "multimodal_data (this server has no multimodal model)")
+            raise unsupported(where, "multimodal_data (this server has no multimodal model)")
         if not isinstance(prompt.get(_PROMPT_FIELD), str):
-            raise bad_request(f"prompt as an object must have a string {_PROMPT_FIELD}",
-                              param=f"prompt.{_PROMPT_FIELD}", code="invalid_type")
+            raise bad_request(f"{where} as an object must have a string {_PROMPT_FIELD}",
+                              param=f"{where}.{_PROMPT_FIELD}", code="invalid_type")
         return prompt[_PROMPT_FIELD]
     if isinstance(prompt, str):
         return prompt
     if isinstance(prompt, list):
-        if any(isinstance(p, (list, dict)) for p in prompt):
-            raise unsupported("prompt", "several prompts in one request (send one request per prompt)")
         for i, item in enumerate(prompt):
             if isinstance(item, str):
                 continue
             if not isinstance(item, int) or isinstance(item, bool):
-                raise bad_request(f"prompt[{i}] must be a text or a token id, not {json_type(item)} {short(item)}",
-                                  param=f"prompt[{i}]", code="invalid_type")
+                raise bad_request(f"{where}[{i}] must be a text or a token id, not {json_type(item)} {short(item)}",
+                                  param=f"{where}[{i}]", code="invalid_type")
             if not 0 <= item < n_vocab:
-                raise bad_request(f"prompt[{i}] is {item}, outside the vocabulary (token ids 0 to {n_vocab - 1})",
-                                  param=f"prompt[{i}]", code="invalid_value")
+                raise bad_request(f"{where}[{i}] is {item}, outside the vocabulary (token ids 0 to {n_vocab - 1})",
+                                  param=f"{where}[{i}]", code="invalid_value")
         if prompt:
             return prompt
-    raise bad_request(f"prompt must be a text, an array of token ids and texts, or {{\"{_PROMPT_FIELD}\": text}}, "
-                      f"not {json_type(prompt)} {short(prompt)}", param="prompt",
+    raise bad_request(f"{where} must be a text, an array of token ids and texts, or {{\"{_PROMPT_FIELD}\": text}}, "
+                      f"not {json_type(prompt)} {short(prompt)}", param=where,
                       code="missing" if prompt is None else "invalid_type")
 
 

@@ -3,7 +3,7 @@
 Fields follow OpenAI's API as its clients send them. Fields this server does
 not know are ignored, as other OpenAI-compatible servers ignore them; known
 fields of the wrong type, out of range, or asking for a feature this server
-does not have (``logit_bias``) are a 400 that names the field. ``n``
+does not have (``echo``) are a 400 that names the field. ``n``
 asks for several choices, at most the server's `choice_limit` (each a
 sequence of the pool). ``top_k``, ``min_p``, ``repeat_penalty``, ``repeat_last_n``,
 ``grammar`` (GBNF) and ``json_schema`` are accepted as extensions, by
@@ -57,6 +57,10 @@ class NativeFields:
     """Whether a whole answer lists the generated token ids (a stream always does)."""
     response_fields: tuple[str, ...] | None
     """The fields of the last answer to keep (``"a/b"`` takes ``b`` out of ``a``); None: all."""
+    ignore_eos: bool = False
+    """Whether end-of-generation tokens are banned (``ignore_eos``; the biases are in the sampling)."""
+    prompts: tuple[str | list[int | str], ...] = ()
+    """Every prompt of the request (llama-server takes several); the job's ``prompt`` is the first."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,8 +134,6 @@ def _choices(body: dict[str, Any], max_choices: int) -> int:
     if n > max_choices:
         raise bad_request(f"n={n} is more choices than this server runs at once; ask for at most {max_choices} "
                           "(the pool's size, --pool, or --max-choices)", param="n")
-    if get_field(body, "logit_bias", dict, default=None):
-        raise unsupported("logit_bias", "logit_bias")
     get_field(body, "model", str, default=None)
     get_field(body, "user", str, default=None)
     return n

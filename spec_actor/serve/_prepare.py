@@ -8,6 +8,7 @@ never delays ``/health`` or another client's stream.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -22,6 +23,7 @@ from ._defaults import RequestDefaults
 from ._errors import api_error_for, bad_request, context_exceeded
 from ._fields import get_field, json_object
 from ._limits import ServeLimits
+from ._logit_bias import with_logit_bias
 from ._native import parse_native
 from ._params import Job, Kind, parse_chat, parse_completion
 from ._tokens import mixed_tokens
@@ -39,6 +41,12 @@ class Prepared:
     """The job's options, with what a chat template adds (a tool-call grammar, stop strings)."""
     rendered: RenderedChat | None = None
     """A chat rendered by its Jinja template: how to parse its reply (tool calls)."""
+    prompts: tuple[list[int], ...] = ()
+    """A native request's prompts, when it has several (``tokens`` is the first); else empty."""
+
+    def prompt_tokens(self) -> tuple[list[int], ...]:
+        """The token ids of each prompt of the request (one, or a native request's several)."""
+        return self.prompts or (self.tokens,)
 
 
 def prepare_body(kind: Kind, data: bytes, model: Model, n_ctx: int,
@@ -57,9 +65,10 @@ def prepare_body(kind: Kind, data: bytes, model: Model, n_ctx: int,
     if kind == "chat":
         job = parse_chat(body, limits.grammar, max_choices)
     elif kind == "native":
-        job = parse_native(body, model.info.n_vocab, limits.grammar)
+        job = parse_native(body, model.info.n_vocab, limits.grammar, max_choices)
     else:
         job = parse_completion(body, model.info.n_vocab, limits.grammar, max_choices)
+    job = dataclasses.replace(job, options=with_logit_bias(job.options, body, model))
     return prepare_job(job, model, n_ctx, chat_template)
 
 
@@ -75,13 +84,23 @@ def prepare_job(job: Job, model: Model, n_ctx: int, chat_template: str | None = 
             more is `context_exceeded`.
     """
     prompt_param = prompt_param or ("messages" if job.kind == "chat" else "prompt")  # a chat's prompt: messages
+    if job.native is not None and len(job.native.prompts) > 1:  # several prompts: each checked, named by its place
+        prompts = [_checked_tokens(dataclasses.replace(job, prompt=prompt), model, n_ctx, chat_template,
+                                   f"prompt[{i}]")[0] for i, prompt in enumerate(job.native.prompts)]
+        return Prepared(job, prompts[0], dict(job.options), None, tuple(prompts))
+    return Prepared(job, *_checked_tokens(job, model, n_ctx, chat_template, prompt_param))
+
+
+def _checked_tokens(job: Job, model: Model, n_ctx: int, chat_template: str | None,
+                    prompt_param: str) -> tuple[list[int], dict[str, Any], RenderedChat | None]:
+    """`_tokens` of ``job``, its prompt neither empty nor filling the context; errors name ``prompt_param``."""
     with _as_api_error(prompt_param):
         tokens, options, rendered = _tokens(job, model, chat_template)
     if not tokens:
-        raise bad_request("prompt is empty; send some text or token ids", param="prompt")
+        raise bad_request(f"{prompt_param} is empty; send some text or token ids", param=prompt_param)
     if len(tokens) >= n_ctx:
         raise context_exceeded(len(tokens), n_ctx, prompt_param)
-    return Prepared(job, tokens, options, rendered)
+    return tokens, options, rendered
 
 
 def chat_template_text(data: bytes, model: Model, limits: ServeLimits, chat_template: str | None = None,

@@ -9,6 +9,7 @@ the one the native sampler builds (``common_sampler_init``).
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from .._sampling import Sampling
@@ -22,7 +23,7 @@ OFF = {"dynatemp_range": 0.0, "dynatemp_exponent": 1.0, "top_n_sigma": -1.0, "xt
        "xtc_threshold": 0.1, "typical_p": 1.0, "dry_multiplier": 0.0, "dry_base": 1.75, "dry_allowed_length": 2,
        "dry_penalty_last_n": 64, "mirostat": 0, "mirostat_tau": 5.0, "mirostat_eta": 0.1, "adaptive_target": -1.0,
        "adaptive_decay": 0.9, "dry_sequence_breakers": ["\n", ":", "\"", "*"], "n_keep": 0,
-       "n_discard": 0, "ignore_eos": False, "logit_bias": [], "min_keep": 0, "grammar_lazy": False,
+       "n_discard": 0, "min_keep": 0, "grammar_lazy": False,
        "grammar_triggers": [], "preserved_tokens": [], "chat_format": "Content-only", "reasoning_format": "none",
        "reasoning_in_content": False, "generation_prompt": "", "timings_per_token": False,
        "post_sampling_probs": False, "backend_sampling": False}
@@ -33,8 +34,13 @@ plain completion: text as it comes, no reasoning taken out of it."""
 
 
 def generation_settings(sampling: Sampling, *, n_predict: int = -1, stream: bool = False, n_probs: int = 0,
-                        stop: list[str] | None = None, speculative_type: str = "none") -> dict[str, Any]:
-    """The ``generation_settings`` of a request run with ``sampling`` (``n_predict`` -1: no limit)."""
+                        stop: list[str] | None = None, speculative_type: str = "none",
+                        ignore_eos: bool = False) -> dict[str, Any]:
+    """The ``generation_settings`` of a request run with ``sampling`` (``n_predict`` -1: no limit).
+
+    ``logit_bias`` lists the sampling's biases as llama-server does,
+    ``{"bias", "token"}`` each, a banned token's bias null (-inf in its JSON).
+    """
     return {
         "seed": sampling.seed,
         "temperature": sampling.temp,
@@ -46,6 +52,9 @@ def generation_settings(sampling: Sampling, *, n_predict: int = -1, stream: bool
         "presence_penalty": sampling.presence_penalty,
         "frequency_penalty": sampling.frequency_penalty,
         **OFF,
+        "ignore_eos": ignore_eos,
+        "logit_bias": [{"bias": None if math.isinf(bias) else bias, "token": token}
+                       for token, bias in sampling.logit_bias],
         "max_tokens": n_predict,
         "n_predict": n_predict,
         "stream": stream,
