@@ -1,6 +1,8 @@
 // The C ABI of the process and of models: errors, logs, loading, metadata, tokens (see spec_actor.h).
 #include "support/shim_internal.h"
 
+#include "build-info.h"
+
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -18,6 +20,8 @@ void sa_backend_init(void) { backend_init(); }
 void sa_set_log_level(int32_t level) { set_log_level(level); }
 
 const char * sa_system_info(void) { return llama_print_system_info(); }
+
+const char * sa_llama_build_info(void) { return llama_build_info(); }
 
 sa_status sa_model_load(const char * path, const sa_model_params * params, sa_model ** out) {
     if (path == nullptr || params == nullptr || out == nullptr) {

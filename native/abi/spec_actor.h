@@ -259,6 +259,8 @@ sa_status sa_spec_type_facts(int32_t type, sa_spec_facts * out);
 void sa_backend_init(void);
 void sa_set_log_level(int32_t level);  /* 0 silent, 1 errors, 2 warnings, 3 info, 4 debug */
 const char * sa_system_info(void);
+/* The llama.cpp build, as llama-server reports it: "b<build number>-<commit>". */
+const char * sa_llama_build_info(void);
 
 sa_status sa_model_load(const char * path, const sa_model_params * params, sa_model ** out);
 /* Serves this process's devices (its accelerators, else the CPU) to ggml RPC

@@ -117,6 +117,11 @@ def system_info() -> str:
     return ffi.string(lib.sa_system_info()).decode()
 
 
+def llama_build_info() -> str:
+    """The llama.cpp build, as llama-server reports it (``b<build number>-<commit>``)."""
+    return ffi.string(lib.sa_llama_build_info()).decode()
+
+
 def set_log_level(level: int) -> None:
     """0 silent, 1 errors (default), 2 warnings, 3 info, 4 debug."""
     lib.sa_set_log_level(level)

@@ -2,13 +2,23 @@
 
 from __future__ import annotations
 
+import functools
 import secrets
 import time
 from typing import Any
 
+from .. import __version__
+from ..nif.model import llama_build_info
 from ._params import Kind
 
-__all__ = ["Reply", "usage"]
+__all__ = ["Reply", "system_fingerprint", "usage"]
+
+
+@functools.cache
+def system_fingerprint() -> str:
+    """What serves the answers: llama-server's fingerprint (its llama.cpp build, ``b<number>-<commit>``), then this
+    library's version."""
+    return f"{llama_build_info()}-spec_actor-{__version__}"
 
 
 def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0) -> dict[str, Any]:
@@ -80,4 +90,4 @@ class Reply:
         else:
             kind = "text_completion"
         return {"id": self.id, "object": kind, "created": self.created, "model": self.model,
-                "system_fingerprint": None, "choices": choices}
+                "system_fingerprint": system_fingerprint(), "choices": choices}
