@@ -85,12 +85,13 @@ def spec_actor_args(pairs: list[tuple[str, str | None]], scratch: Path) -> list[
 
     llama-server's ``--ctx-size`` is the context of all its slots together,
     ``--pool``'s actors each have ``-c``; a ``--chat-template`` given as Jinja
-    text is written to a file under ``scratch`` (a built-in template's name
-    has no counterpart). Speculation is off unless ``--spec-type`` asks, as in
+    text is written to a file under ``scratch``, a built-in template's name
+    is passed as it is. Speculation is off unless ``--spec-type`` asks, as in
     llama-server. ``--alias``'s names go to ``--model-name`` sorted: llama-server's
     model id is the first of them in that order. ``/metrics`` is off unless
     ``--metrics`` asks, and ``/slots`` with ``--no-slots``, as in llama-server
-    (here both are on by default: decision 0107).
+    (here both are on by default: decision 0107). ``--verbose`` is passed: its
+    ``__verbose`` answers.
     """
     flags = dict(pairs)
     slots = int(flags.get("--parallel") or flags.get("-np") or 1)
@@ -112,11 +113,15 @@ def spec_actor_args(pairs: list[tuple[str, str | None]], scratch: Path) -> list[
         out.append("--no-metrics")
     if "--no-slots" in flags:
         out.append("--no-slots")
+    if "--verbose" in flags:
+        out.append("--verbose")
     template = flags.get("--chat-template")
     if template and ("{%" in template or "{{" in template):
         path = scratch / f"template-{os.getpid()}.jinja"
         path.write_text(template)
         out += ["--chat-template", str(path)]
+    elif template:  # a built-in template's name, which --chat-template takes too (decision 0102)
+        out += ["--chat-template", template]
     return out
 
 

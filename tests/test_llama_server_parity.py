@@ -24,7 +24,7 @@ import httpx
 import pytest
 from greedy_helpers import GEMMA_NEAR_TIE, assert_equal_within_a_near_tie
 from llama_server_fixtures import llama_server_binary, running_llama_server
-from serve_helpers import CTX, http, serving
+from serve_helpers import CTX, http, serving, sse_data
 
 import spec_actor
 from spec_actor import Session
@@ -218,6 +218,41 @@ async def test_tokenize_answers_are_equal(gemma, llama_url):
         for body in bodies:
             expected, got = await both(ours, llama, "POST", "/tokenize", body)
             assert got == expected, body
+
+
+async def test_system_fingerprint_names_llama_servers_build_then_this_library(gemma, llama_url):
+    # llama-server's fingerprint is its llama.cpp build; both servers are built from one source, so this
+    # server's begins with the same build, whole and in every chunk of a stream (clients check it is set)
+    body = {"messages": CHAT, "max_tokens": 3}
+    async with serving(gemma) as server, http(server) as ours, theirs(llama_url) as llama:
+        build = (await llama.post("/v1/chat/completions", json=body)).json()["system_fingerprint"]
+        whole = (await ours.post("/v1/chat/completions", json=body)).json()
+        completion = (await ours.post("/v1/completions", json={"prompt": "Hi", "max_tokens": 3})).json()
+        chunks = sse_data((await ours.post("/v1/chat/completions", json=body | {"stream": True})).text.splitlines())
+    assert build.startswith("b")
+    expected = f"{build}-spec_actor-{spec_actor.__version__}"
+    assert whole["system_fingerprint"] == completion["system_fingerprint"] == expected
+    assert chunks and all(chunk["system_fingerprint"] == expected for chunk in chunks if chunk != "[DONE]")
+
+
+async def test_verbose_answers_show_the_prompt_as_llama_server_renders_it(gemma, llama_url):
+    # "verbose": true adds llama-server's __verbose: the prompt as the model reads it, its BOS as text
+    # (a chat's differs where the servers' templates do: the embedded GGUF has none, decision 0104)
+    body = {"prompt": TEXTS[2], "max_tokens": 3, "verbose": True}
+    async with serving(gemma) as server, http(server) as ours, theirs(llama_url) as llama:
+        expected, got = await both(ours, llama, "POST", "/v1/completions", body)
+        chat = (await ours.post("/v1/chat/completions", json={"messages": CHAT, "max_tokens": 3,
+                                                               "verbose": True})).json()
+        rendered = (await ours.post("/apply-template", json={"messages": CHAT})).json()["prompt"]
+        quiet = (await ours.post("/v1/completions", json=body | {"verbose": False})).json()
+    assert got["__verbose"]["prompt"] == expected["__verbose"]["prompt"]
+    assert got["__verbose"]["tokens_evaluated"] == expected["__verbose"]["tokens_evaluated"] == got["usage"][
+        "prompt_tokens"]
+    assert got["__verbose"]["content"] == got["choices"][0]["text"]
+    assert got["__verbose"]["tokens_predicted"] == got["usage"]["completion_tokens"]
+    assert chat["__verbose"]["prompt"].endswith(rendered) and chat["__verbose"]["content"] == chat["choices"][0][
+        "message"]["content"]
+    assert "__verbose" not in quiet
 
 
 async def test_detokenize_answers_are_equal(gemma, llama_url):

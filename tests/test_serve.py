@@ -205,7 +205,15 @@ async def test_bad_requests_get_a_400_that_names_the_field(gemma):
             assert error_of(await post("/v1/completions", json=body), 400)["param"] == param, body
         for body, param in (({"messages": "hi"}, "messages"),
                             ({"messages": [{"role": "user", "content": 5}]}, "messages[0].content"),
-                            ({"messages": [{"content": "hi"}]}, "messages[0].role")):
+                            ({"messages": [{"content": "hi"}]}, "messages[0].role"),
+                            # llama-server's refusals: a reply's turn both continued and opened, two to continue
+                            ({"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "A"}],
+                              "continue_final_message": True, "add_generation_prompt": True},
+                             "continue_final_message"),
+                            ({"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "A"},
+                                           {"role": "assistant", "content": "B"}]}, "messages[2]"),
+                            ({"messages": [{"role": "user", "content": "hi"}], "continue_final_message": 1},
+                             "continue_final_message")):
             assert error_of(await post("/v1/chat/completions", json=body), 400)["param"] == param, body
         # values the library refuses: its message says what to change, under the request's field name
         for body, param in (({"prompt": "hi", "top_p": 5}, "top_p"), ({"prompt": "hi", "seed": -1}, "seed"),

@@ -60,6 +60,18 @@ async def test_requests_that_leave_fields_out_take_the_servers_defaults(gemma):
     assert (params["temperature"], params["seed"], params["n_predict"]) == (0.9, 42, 6)
 
 
+async def test_verbose_server_answers_every_request_verbosely_unless_it_says_not(gemma):
+    prompt = gemma.tokenizer.encode(QUESTION)
+    async with serving(gemma, defaults=RequestDefaults(verbose=True)) as server, http(server) as client:
+        bare = (await client.post("/v1/completions", json={"prompt": prompt, "max_tokens": 2})).json()
+        quiet = (await client.post("/v1/completions", json={"prompt": prompt, "max_tokens": 2,
+                                                            "verbose": False})).json()
+        bad = await client.post("/v1/chat/completions", json={"messages": CHAT, "verbose": "yes"})
+    assert bare["__verbose"]["prompt"] == gemma.tokenizer.decode(prompt, special=True)
+    assert bare["__verbose"]["tokens_evaluated"] == len(prompt) and "__verbose" not in quiet
+    assert error_of(bad)["param"] == "verbose"
+
+
 async def test_without_defaults_requests_keep_their_own(gemma):
     async with serving(gemma) as server, http(server) as client:
         bare = (await client.post("/completion", json={"prompt": QUESTION, "n_predict": 2})).json()
@@ -228,11 +240,12 @@ def test_bad_defaults_are_refused(kwargs):
 def test_the_cli_takes_llama_servers_flags():
     proc, url = start_cli_server("--temp", "0.5", "--seed", "7", "--n-predict", "3", "--no-metrics", "--no-slots",
                                  "--model-name", "code,fim", "--model-tags", "chat", "--reasoning", "off",
-                                 "--cors-origins", "localhost")
+                                 "--cors-origins", "localhost", "--verbose")
     try:
         params = httpx.get(f"{url}/props", timeout=TIMEOUT).json()["default_generation_settings"]["params"]
         model = httpx.get(f"{url}/v1/models", timeout=TIMEOUT).json()["data"][0]
         metrics, slots = httpx.get(f"{url}/metrics", timeout=TIMEOUT), httpx.get(f"{url}/slots", timeout=TIMEOUT)
+        verbose = httpx.post(f"{url}/v1/completions", json={"prompt": "Hi", "max_tokens": 1}, timeout=TIMEOUT).json()
         preflight = httpx.options(f"{url}/completion", timeout=TIMEOUT, headers={
             "origin": "http://localhost:5173", "access-control-request-method": "POST"})
     finally:
@@ -241,6 +254,7 @@ def test_the_cli_takes_llama_servers_flags():
     assert (params["temperature"], params["seed"], params["n_predict"]) == (0.5, 7, 3)
     assert (model["id"], model["aliases"], model["tags"]) == ("code", ["code", "fim"], ["chat"])
     assert (metrics.status_code, slots.status_code) == (501, 501)
+    assert verbose["__verbose"]["tokens_evaluated"] == verbose["usage"]["prompt_tokens"]
     assert preflight.headers["access-control-allow-origin"] == "http://localhost:5173"
 
 

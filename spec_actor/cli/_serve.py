@@ -85,6 +85,10 @@ def add_parser(sub: Subcommands) -> None:
     p.add_argument("--reasoning", choices=("on", "off", "auto"), default="auto",
                    help="a chat template's enable_thinking when a request's chat_template_kwargs do not set it: "
                         "on, off, or auto (the default: the template's own)")
+    p.add_argument("--verbose", action="store_true",
+                   help="every whole chat or completion answer carries llama-server's __verbose object (the "
+                        "prompt as text), as a request's \"verbose\": true asks; it shows clients their rendered "
+                        "prompt, nothing more")
     p.add_argument("--metrics", action=argparse.BooleanOptionalAction, default=True,
                    help="serve GET /metrics (default: on; --no-metrics answers 501, as llama-server without "
                         "--metrics)")
@@ -272,7 +276,7 @@ def _vertex() -> VertexRoutes | None:
 
 
 def _request_defaults(args: argparse.Namespace) -> RequestDefaults:
-    """The --temp, --seed, --n-predict and --reasoning defaults, checked.
+    """The --temp, --seed, --n-predict, --reasoning and --verbose defaults, checked.
 
     Raises:
         CliError: one is out of range.
@@ -280,7 +284,7 @@ def _request_defaults(args: argparse.Namespace) -> RequestDefaults:
     from ..serve import RequestDefaults
 
     try:
-        return RequestDefaults.from_llama_server(args.temp, args.seed, args.n_predict, args.reasoning)
+        return RequestDefaults.from_llama_server(args.temp, args.seed, args.n_predict, args.reasoning, args.verbose)
     except ConfigError as exc:
         name = exc.message.split("=")[0]
         flag = {"temperature": "--temp", "n_predict": "--n-predict"}.get(name, f"--{name}")

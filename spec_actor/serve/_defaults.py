@@ -39,6 +39,8 @@ class RequestDefaults:
     template_kwargs: Mapping[str, Any] = field(default_factory=dict)
     """A chat's ``chat_template_kwargs`` under the request's own (llama-server's ``--reasoning off``:
     ``{"enable_thinking": False}``)."""
+    verbose: bool = False
+    """``verbose``: every whole OpenAI answer carries llama-server's ``__verbose`` (its ``--verbose``)."""
 
     def __post_init__(self) -> None:
         if self.temperature is not None and not 0.0 <= self.temperature <= 2.0:
@@ -50,17 +52,18 @@ class RequestDefaults:
 
     @classmethod
     def from_llama_server(cls, temperature: float | None = None, seed: int | None = None,
-                          n_predict: int | None = None, reasoning: str = "auto") -> RequestDefaults:
+                          n_predict: int | None = None, reasoning: str = "auto",
+                          verbose: bool = False) -> RequestDefaults:
         """The defaults of llama-server's flags, whose -1 means "random seed" and "no limit".
 
         ``reasoning`` (``--reasoning``): ``"on"`` or ``"off"`` sets the template's ``enable_thinking``;
-        ``"auto"`` leaves it to the template.
+        ``"auto"`` leaves it to the template. ``verbose``: its ``--verbose``, ``__verbose`` in every answer.
         """
         if reasoning not in REASONING:
             raise ConfigError(f"reasoning={reasoning!r} is invalid: use {', '.join(REASONING)}")
         kwargs = {} if reasoning == "auto" else {"enable_thinking": reasoning == "on"}
         return cls(temperature, None if seed == -1 else seed,
-                   None if n_predict is not None and n_predict < 0 else n_predict, kwargs)
+                   None if n_predict is not None and n_predict < 0 else n_predict, kwargs, verbose)
 
     def fill(self, body: object, kind: str) -> object:
         """``body`` (a request's parsed JSON) with the defaults in the fields it leaves out; not an object: as is.
@@ -70,7 +73,7 @@ class RequestDefaults:
         if not isinstance(body, dict):
             return body
         out: dict[str, Any] = dict(body)
-        for name, value in (("temperature", self.temperature), ("seed", self.seed)):
+        for name, value in (("temperature", self.temperature), ("seed", self.seed), ("verbose", self.verbose or None)):
             if value is not None and out.get(name) is None:
                 out[name] = value
         own = out.get("chat_template_kwargs")

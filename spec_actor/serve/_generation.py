@@ -121,6 +121,8 @@ class Answer:
     def __init__(self, exchange: Exchange, prepared: Prepared, state: ServerState, arrived_at: float) -> None:
         self.exchange = exchange
         self.job = job = prepared.job
+        self.prompt_tokens = prepared.tokens
+        """The (first) prompt's token ids."""
         self.state = state
         self.reply = Reply(job.kind, state.model_name)
         self.arrived_at = arrived_at
@@ -326,6 +328,8 @@ class Answer:
         if not self.job.stream:
             choices = [self._whole_choice(choice) for choice in self.choices]
             whole = self.reply.whole(choices, prompt_tokens, self.tokens, cached_tokens)
+            if self.job.verbose:
+                whole["__verbose"] = self._verbose()
             await self.exchange.send_json(200, whole | speculation)
             return
         if len(self.choices) == 1:  # several choices closed each as it ended
@@ -333,6 +337,14 @@ class Answer:
         if self.job.include_usage:
             await self.exchange.send_event(self.reply.usage_chunk(prompt_tokens, self.tokens, cached_tokens) | speculation)
         await self.exchange.end_events()
+
+    def _verbose(self) -> dict[str, Any]:
+        """llama-server's ``__verbose`` of a whole answer: its prompt as text (control tokens as text), the first
+        choice's content, and their token counts."""
+        first = self.choices[0]
+        return {"prompt": self.state.pool.model.tokenizer.decode(self.prompt_tokens, special=True),
+                "content": "".join(first.text), "tokens_evaluated": len(self.prompt_tokens),
+                "tokens_predicted": first.tokens}
 
     def _whole_choice(self, choice: Choice) -> dict[str, Any]:
         """Choice ``choice`` of a whole response (its tool calls parsed), counted in the metrics."""

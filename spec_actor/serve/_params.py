@@ -27,7 +27,7 @@ from ._logprobs import chat_logprobs_option, completion_logprobs_option
 from ._structured import request_grammar
 from ._tools import message_fields, tool_options
 
-__all__ = ["Job", "NativeFields", "parse_chat", "parse_completion", "request_options", "stream_fields", "unsupported"]
+__all__ = ["Job", "NativeFields", "check_chat_turns", "parse_chat", "parse_completion", "request_options", "stream_fields", "unsupported"]
 
 Kind = Literal["completion", "chat", "native"]
 """The endpoint: OpenAI's completions or chat completions, or llama-server's native ``/completion``."""
@@ -85,6 +85,8 @@ class Job:
     """A native completion's fields that shape its answer; None for the OpenAI endpoints."""
     n: int = 1
     """Choices to generate, each a sequence of the pool (``n``)."""
+    verbose: bool = False
+    """Add llama-server's ``__verbose`` object (the prompt as text) to a whole OpenAI answer (``verbose``)."""
 
 
 def parse_completion(body: object, n_vocab: int, grammar_limits: GrammarLimits = GrammarLimits(),
@@ -106,7 +108,8 @@ def parse_completion(body: object, n_vocab: int, grammar_limits: GrammarLimits =
     prompt = _prompt(body.get("prompt"), n_vocab)
     max_tokens = _max_tokens(body, ("max_tokens",), COMPLETION_MAX_TOKENS)
     options = request_options(body, grammar_limits) | {"logprobs": completion_logprobs_option(body)}
-    return Job("completion", *stream_fields(body), max_tokens=max_tokens, prompt=prompt, options=options, n=n)
+    return Job("completion", *stream_fields(body), max_tokens=max_tokens, prompt=prompt, options=options, n=n,
+               verbose=_verbose(body))
 
 
 def parse_chat(body: object, grammar_limits: GrammarLimits = GrammarLimits(), max_choices: int = 1) -> Job:
@@ -121,7 +124,28 @@ def parse_chat(body: object, grammar_limits: GrammarLimits = GrammarLimits(), ma
     max_tokens = _max_tokens(body, ("max_completion_tokens", "max_tokens"), None)
     options = (request_options(body, grammar_limits) | {"logprobs": chat_logprobs_option(body)} | tool_options(body)
                | _template_kwargs(body))
-    return Job("chat", *stream_fields(body), max_tokens=max_tokens, messages=messages, options=options, n=n)
+    return Job("chat", *stream_fields(body), max_tokens=max_tokens, messages=messages, options=options, n=n,
+               verbose=_verbose(body))
+
+
+def check_chat_turns(body: dict[str, Any], job: Job) -> None:
+    """What an OpenAI chat completion may not ask, as llama-server refuses it (not Anthropic's or the Responses API's
+    turns, which those APIs allow): two assistant messages at the end, and ``continue_final_message`` together
+    with ``add_generation_prompt`` (a reply's turn cannot be both continued and opened).
+
+    Raises:
+        ApiError: a 400 naming the field.
+    """
+    roles = [message["role"] for message in job.messages]
+    if roles[-2:] == ["assistant", "assistant"]:
+        raise bad_request("messages ends with two assistant messages: send one, whose content the reply continues",
+                          param=f"messages[{len(roles) - 1}]")
+    continues = get_field(body, "continue_final_message", bool, default=False)
+    opens = get_field(body, "add_generation_prompt", bool, default=False)
+    if continues and opens:
+        raise bad_request("continue_final_message and add_generation_prompt cannot both be true: the last "
+                          "assistant message is continued, so leave add_generation_prompt out",
+                          param="continue_final_message")
 
 
 # -- fields -------------------------------------------------------------------------------
@@ -137,6 +161,11 @@ def _choices(body: dict[str, Any], max_choices: int) -> int:
     get_field(body, "model", str, default=None)
     get_field(body, "user", str, default=None)
     return n
+
+
+def _verbose(body: dict[str, Any]) -> bool:
+    """llama-server's ``verbose``: whether the answer carries ``__verbose``."""
+    return get_field(body, "verbose", bool, default=False)
 
 
 def _template_kwargs(body: dict[str, Any]) -> dict[str, Any]:

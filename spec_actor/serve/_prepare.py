@@ -25,7 +25,7 @@ from ._fields import get_field, json_object
 from ._limits import ServeLimits
 from ._logit_bias import with_logit_bias
 from ._native import parse_native
-from ._params import Job, Kind, parse_chat, parse_completion
+from ._params import Job, Kind, check_chat_turns, parse_chat, parse_completion
 from ._tokens import mixed_tokens
 
 __all__ = ["Prepared", "chat_template_text", "count_chat_tokens", "count_job_tokens", "prepare_body", "prepare_job"]
@@ -64,6 +64,7 @@ def prepare_body(kind: Kind, data: bytes, model: Model, n_ctx: int,
     body = defaults.fill(parse_body(data, limits.body), kind)
     if kind == "chat":
         job = parse_chat(body, limits.grammar, max_choices)
+        check_chat_turns(body, job)
     elif kind == "native":
         job = parse_native(body, model.info.n_vocab, limits.grammar, max_choices)
     else:
