@@ -140,7 +140,12 @@ async def test_response_fields_pick_and_unnest(gemma):
         picked = (await client.post("/completion", json={
             "prompt": PROMPT, "n_predict": 3, "response_fields": ["content", "generation_settings/n_predict",
                                                                   "timings/predicted_n", "no/such"]})).json()
+        every = (await client.post("/completion", json={"prompt": PROMPT, "n_predict": 3,
+                                                         "response_fields": []})).json()
+        plain = (await client.post("/completion", json={"prompt": PROMPT, "n_predict": 3})).json()
     assert set(picked) == {"content", "generation_settings/n_predict", "timings/predicted_n"}
+    # an empty list keeps every field, as llama-server reads it
+    assert set(every) == set(plain) and every["content"] == plain["content"]
     assert picked["generation_settings/n_predict"] == 3 == picked["timings/predicted_n"]
     assert picked["content"] == await greedy(gemma, PROMPT, 3)
 
