@@ -238,13 +238,16 @@ class Session:
     def run(self, prompt: str | Sequence[int], *, max_tokens: int = 256, emit_stats_every: int = 0,
             add_special: bool = True, parse_special: bool = False, sampling: Sampling | None = None,
             on_events: EventSink | None = None, clear_cancel: bool = True, logprobs: int | None = None,
-            seq: int | None = None, **sampling_options: Any) -> RunResult:
+            logprobs_after_sampling: bool = False, seq: int | None = None, **sampling_options: Any) -> RunResult:
         """Generate from prompt until max_tokens, end of generation or cancel.
 
         on_events receives each loop step's events (Token, Stats, and finally
         Done, Eog or Error) and returns False to stop the run early. With
         ``logprobs=n`` (0 to 20) each Token carries the target's
-        log-probability and its n most likely alternatives. Raises
+        log-probability and its n most likely alternatives; with
+        ``logprobs_after_sampling`` they are those of the distribution the
+        sampler drew from (after top-k, top-p, the grammar...; a greedy pick
+        has probability 1), not the raw logits'. Raises
         SpecActorError subclasses for invalid input before anything runs.
         ``seq`` runs the request on that sequence of a session made with
         ``n_seq`` > 1, beside the runs on its other sequences (see
@@ -258,6 +261,8 @@ class Session:
             if not isinstance(value, int) or isinstance(value, bool) or value < (1 if name == "max_tokens" else 0):
                 raise ConfigError(f"{name}={value!r} must be an integer >= {1 if name == 'max_tokens' else 0}")
         check_logprobs(logprobs)
+        if not isinstance(logprobs_after_sampling, bool):
+            raise ConfigError(f"logprobs_after_sampling={logprobs_after_sampling!r} is invalid: expected True or False")
         tokens = self.tokenize(prompt, add_special=add_special, parse_special=parse_special)
         prefill = sampling.grammar_prefill if sampling.grammar else ""
         if clear_cancel:
@@ -265,6 +270,7 @@ class Session:
         collector = _Collector(self._decoder, on_events)
         status = _ns.run(self._live(), tokens, max_tokens=max_tokens, emit_stats_every=emit_stats_every,
                          sampling=sampling.native_params(), on_batch=collector, seq=seq, logprobs=logprobs,
+                         logprobs_after_sampling=logprobs_after_sampling,
                          grammar_prefill=prefill, logit_bias=sampling.logit_bias)
         return collector.result(status, self._snapshot(1, seq))
 
@@ -446,7 +452,7 @@ class ActorSession(Protocol):
                  parse_special: bool = False) -> list[int]: ...
     def run(self, prompt: str | Sequence[int], *, max_tokens: int = 256, emit_stats_every: int = 0,
             sampling: Sampling | None = None, on_events: EventSink | None = None, clear_cancel: bool = True,
-            logprobs: int | None = None) -> RunResult: ...
+            logprobs: int | None = None, logprobs_after_sampling: bool = False) -> RunResult: ...
     def cancel(self) -> None: ...
     def clear_cancel(self) -> None: ...
     def resume(self) -> None: ...

@@ -72,6 +72,32 @@ def test_logprobs_agree_with_an_independent_margin_probe(tiny_target):
         session.close()
 
 
+@pytest.mark.parametrize("speculative", [False, True], ids=["plain", "draft"])
+def test_logprobs_after_sampling_are_the_raw_ones_renormalized_over_top_k(tiny_target, tiny_draft, speculative):
+    # temperature 1 and top-k alone: the sampler draws from the raw distribution cut to its k best, so its
+    # probabilities are the raw top-k renormalized; a run that verifies drafts keeps them for every token
+    spec = Spec("draft-simple", n_draft=4, draft_model=tiny_draft) if speculative else Spec("none")
+    prompt = "the cat sat on the mat and the cat"
+    sampling = {"temp": 1.0, "top_k": TOP, "top_p": 1.0, "min_p": 0.0, "seed": 7}
+    raw_result, raw = _run(tiny_target, spec, prompt, 24, **sampling)
+    after_result, after = _run(tiny_target, spec, prompt, 24, logprobs_after_sampling=True, **sampling)
+    assert after_result.tokens == raw_result.tokens  # the same draws: only what the events carry differs
+    if speculative:
+        assert after_result.stats.drafts_accepted > 0
+    for r, a in zip(raw, after, strict=True):
+        z = sum(math.exp(p) for _, p in r.top_logprobs)
+        expected = {i: math.exp(p) / z for i, p in r.top_logprobs}
+        assert dict((i, math.exp(p)) for i, p in a.top_logprobs) == pytest.approx(expected, rel=1e-4, abs=1e-6)
+        assert math.exp(a.logprob) == pytest.approx(expected[a.id], rel=1e-4)
+
+
+def test_logprobs_after_greedy_sampling_are_the_pick_alone(tiny_target):
+    result, tokens = _run(tiny_target, Spec("none"), "the cat sat on the mat and the cat", 8,
+                          logprobs_after_sampling=True)
+    assert [t.id for t in tokens] == list(result.tokens)
+    assert all(t.logprob == 0.0 and t.top_logprobs == ((t.id, 0.0),) for t in tokens)
+
+
 def test_no_logprobs_unless_asked(tiny_target):
     session = spec_actor.Session(tiny_target, spec="none", n_ctx=CTX, n_threads=1)
     tokens: list[spec_actor.Token] = []

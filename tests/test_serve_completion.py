@@ -7,8 +7,10 @@ settings; field shapes from llama-server's README and server-task.cpp.
 from __future__ import annotations
 
 import json
+import math
 
 import jsonschema
+import pytest
 from actor_fixtures import QUESTION, STORY
 from serve_helpers import CTX, error_of, http, serving, sse_data, wait_for
 
@@ -150,6 +152,30 @@ async def test_response_fields_pick_and_unnest(gemma):
     assert picked["content"] == await greedy(gemma, PROMPT, 3)
 
 
+async def test_post_sampling_probs_are_the_samplers_whole_and_streamed(gemma):
+    # temperature 1 and top-k alone: the sampler's probabilities are the raw top-k renormalized
+    body = {"prompt": "Today was the day. Today I would finally become a", "n_predict": 6, "n_probs": 5,
+            "temperature": 1.0, "top_k": 5, "top_p": 1.0, "min_p": 0.0, "seed": 11}
+    async with serving(gemma, prefix_cache=False) as server, http(server) as client:
+        raw = (await client.post("/completion", json=body)).json()
+        after = (await client.post("/completion", json=body | {"post_sampling_probs": True,
+                                                                 "backend_sampling": True})).json()
+        events, _ = await stream_events(client, body | {"post_sampling_probs": True})
+    assert after["content"] == raw["content"]  # the same draws
+    assert after["generation_settings"]["post_sampling_probs"] is True
+    assert raw["generation_settings"]["post_sampling_probs"] is False
+    streamed = [p for event in events for p in event.get("completion_probabilities", [])]
+    assert len(after["completion_probabilities"]) == len(raw["completion_probabilities"]) == len(streamed) == 6
+    for r, a, s in zip(raw["completion_probabilities"], after["completion_probabilities"], streamed, strict=True):
+        assert set(a) == {"id", "token", "bytes", "prob", "top_probs"} and a["id"] == r["id"] == s["id"]
+        z = sum(math.exp(t["logprob"]) for t in r["top_logprobs"])
+        expected = {t["id"]: math.exp(t["logprob"]) / z for t in r["top_logprobs"]}
+        for entry in (a, s):
+            assert {t["id"]: t["prob"] for t in entry["top_probs"]} == pytest.approx(expected, rel=1e-3)
+            assert entry["prob"] == pytest.approx(expected[entry["id"]], rel=1e-3)
+            assert all(set(t) == {"id", "token", "bytes", "prob"} for t in entry["top_probs"])
+
+
 async def test_a_hang_up_cancels_a_native_stream(gemma):
     async with serving(gemma) as server, http(server) as client:
         actor = server.pool.actors[0]
@@ -184,7 +210,7 @@ async def test_bad_native_bodies_get_a_4xx_naming_the_field(gemma):
             ({"prompt": "x", "mirostat": 2}, "mirostat"), ({"prompt": "x", "typical_p": 0.5}, "typical_p"),
             ({"prompt": "x", "dry_multiplier": 0.8}, "dry_multiplier"), ({"prompt": "x", "dry_base": "b"}, "dry_base"),
             ({"prompt": "x", "ignore_eos": 1}, "ignore_eos"),
-            ({"prompt": "x", "post_sampling_probs": True}, "post_sampling_probs"),
+            ({"prompt": "x", "post_sampling_probs": "yes"}, "post_sampling_probs"),
             ({"prompt": "x", "n_cmpl": 3}, "n_cmpl"), ({"prompt": "x", "n": 2}, "n"),
             ({"prompt": "x", "samplers": ["temperature", "top_k"]}, "samplers"),
             ({"prompt": "x", "samplers": ["nucleus"]}, "samplers"), ({"prompt": "x", "samplers": "kt"}, "samplers"),

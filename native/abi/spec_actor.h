@@ -203,6 +203,12 @@ typedef struct {
     int32_t max_tokens;
     int32_t emit_stats_every;   /* 0: no periodic stats events */
     sa_sampling_params sampling;
+    /* 1: the token events' log-probabilities (n_logprobs) are those of the
+     * distribution the sampler drew the token from, after its samplers and
+     * grammar (llama-server's post_sampling_probs), listing only tokens it
+     * could have drawn; a greedy sampler's is its pick, with probability 1.
+     * 0: the target's raw logits' (the default). */
+    int32_t logprobs_after_sampling;
 } sa_run_params;
 
 typedef struct {

@@ -129,6 +129,9 @@ private:
     Stats & stats_;
     PrefixCache & prefix_;
     const int32_t n_logprobs_;
+    // token events carry the probabilities the sampler drew from, not the raw logits' (sa_run_params)
+    const bool probs_after_sampling_;
+    std::vector<SampledProbs> sampled_probs_;  // of the last verification's tokens, when probs_after_sampling_ and sampled
     const bool argmax_;  // greedy with nothing that could change the pick: sample by argmax (sampler.h)
     TestHooks * const hooks_;  // the faults a test armed before the run started; null: none (session/test_hooks.h)
     StepProfiler prof_;        // each verified step's time by part, when a benchmark asked (step_profile.h)
@@ -224,6 +227,8 @@ private:
     // The first token without a verification (fused_): sampled from the
     // prompt's last row at batch index idx, or kept (idx < 0).
     void take_first_token(llama_token id, int32_t idx, int64_t t_sample_us);
+    // What token k of the last verification (id) was drawn from, when probs_after_sampling_.
+    SampledProbs probs_sampled_from(size_t k, llama_token id) const;
     // After emit(): the context-full check, statistics, delivery, pause.
     void deliver(int terminal, llama_token eog_id);
     void emit_stats(int kind, llama_token eog_id = -1);

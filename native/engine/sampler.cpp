@@ -1,6 +1,7 @@
 #include "engine/sampler.h"
 #include "engine/vec_argmax.h"
 
+#include <algorithm>
 #include <string>
 #include <utility>
 
@@ -74,6 +75,41 @@ llama_tokens argmax_sample_and_accept_n(llama_context * ctx, const std::vector<i
         const llama_token id = first_argmax(logits, n_vocab);
         ids.push_back(id);
         if (i == draft.size() || draft[i] != id) break;
+    }
+    return ids;
+}
+
+namespace {
+
+// The distribution smpl drew id from in its last sample, as SampledProbs.
+SampledProbs candidates_after_sampling(common_sampler * smpl, llama_token id, int32_t n_top) {
+    const llama_token_data_array * cur = common_sampler_get_candidates(smpl, true);  // by probability, highest first
+    SampledProbs probs;
+    probs.p = 0.0f;
+    for (size_t i = 0; i < cur->size; ++i) {
+        const llama_token_data & c = cur->data[i];
+        if (c.id == id) probs.p = c.p;
+        if ((int32_t) probs.top.size() < n_top && c.p > 0.0f) probs.top.emplace_back(c.id, c.p);
+    }
+    return probs;
+}
+
+}  // namespace
+
+llama_tokens sample_and_accept_n_keeping_probs(common_sampler * smpl, llama_context * ctx, const std::vector<int> & idxs,
+                                               const llama_tokens & draft, int32_t n_top, std::vector<SampledProbs> & out) {
+    // the loop of common_sampler_sample_and_accept_n, reading the candidates after each sample
+    const llama_vocab * vocab = llama_model_get_vocab(llama_get_model(ctx));
+    n_top = std::clamp(n_top, 0, MAX_TOP_LOGPROBS);
+    llama_tokens ids;
+    out.clear();
+    for (size_t i = 0; i < idxs.size(); ++i) {
+        const llama_token id = common_sampler_sample(smpl, ctx, idxs[i], false);
+        out.push_back(candidates_after_sampling(smpl, id, n_top));
+        common_sampler_accept(smpl, id, true);
+        ids.push_back(id);
+        // a rejected draft token ends it, and so does an end of generation inside the draft
+        if (i == draft.size() || draft[i] != id || (llama_vocab_is_eog(vocab, id) && i + 1 < draft.size())) break;
     }
     return ids;
 }

@@ -2,6 +2,7 @@
 // sampling parameters and optional GBNF grammar.
 #pragma once
 
+#include "report/logprobs.h"
 #include "support/shim_internal.h"
 
 #include "sampling.h"
@@ -30,6 +31,13 @@ bool picks_argmax(const llama_vocab * vocab, const sa_sampling_params & sp);
 // common_sampler_sample_and_accept_n for a picks_argmax sampler: the most
 // likely token at each of idxs while it equals the draft's token there.
 llama_tokens argmax_sample_and_accept_n(llama_context * ctx, const std::vector<int> & idxs, const llama_tokens & draft);
+
+// common_sampler_sample_and_accept_n that also keeps, for each token it
+// samples, the distribution it drew the token from (the sampler's candidates
+// after its samplers): the token's probability and the n_top most likely
+// tokens' with a probability above 0. out gets one entry per returned token.
+llama_tokens sample_and_accept_n_keeping_probs(common_sampler * smpl, llama_context * ctx, const std::vector<int> & idxs,
+                                               const llama_tokens & draft, int32_t n_top, std::vector<SampledProbs> & out);
 
 // The triggers of a lazy grammar from their JSON text (sa_sampling_params),
 // checked so that common_sampler_init cannot assert: throws naming a bad one

@@ -7,13 +7,22 @@
 namespace sa {
 
 void EventBatch::token(llama_token id, llama_context * ctx, int32_t idx, int32_t n_top) {
-    const std::string piece = common_token_to_piece(vocab_, id, false);
     const bool logprobs = ctx != nullptr && n_top >= 0;
-    body_.array(logprobs ? 4 : 3);
+    open_token(id, logprobs ? 4 : 3);
+    if (logprobs) write_logprobs(body_, ctx, idx, id, n_top);
+}
+
+void EventBatch::token(llama_token id, const SampledProbs & probs) {
+    open_token(id, 4);
+    write_sampled_logprobs(body_, probs);
+}
+
+void EventBatch::open_token(llama_token id, uint32_t n_fields) {
+    const std::string piece = common_token_to_piece(vocab_, id, false);
+    body_.array(n_fields);
     body_.integer(SA_EV_TOKEN);
     body_.integer(id);
     body_.bin(piece.data(), piece.size());
-    if (logprobs) write_logprobs(body_, ctx, idx, id, n_top);
     ++n_events_;
 }
 

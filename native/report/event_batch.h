@@ -3,6 +3,7 @@
 #pragma once
 
 #include "abi/spec_actor.h"
+#include "report/logprobs.h"
 #include "report/msgpack_writer.h"
 
 #include "llama.h"
@@ -19,6 +20,8 @@ public:
     // n_top >= 0, a fourth field with the target's log-probabilities at output
     // idx of ctx's last decode (see logprobs.h).
     void token(llama_token id, llama_context * ctx = nullptr, int32_t idx = 0, int32_t n_top = -1);
+    // The same with the fourth field from probabilities taken after sampling.
+    void token(llama_token id, const SampledProbs & probs);
     // [kind, stats] for Stats and Done; [SA_EV_EOG, stats, eog_id] for Eog.
     void stats(int kind, const sa_stats & snapshot, llama_token eog_id = -1);
     // [SA_EV_ERROR, code, message].
@@ -29,6 +32,9 @@ public:
     int flush();
 
 private:
+    // A token event's first three fields (of n_fields), counted as one event.
+    void open_token(llama_token id, uint32_t n_fields);
+
     const llama_vocab * vocab_;
     sa_event_cb cb_;
     void * user_;

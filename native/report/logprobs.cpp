@@ -47,4 +47,15 @@ void write_logprobs(MsgpackWriter & w, llama_context * ctx, int32_t idx, llama_t
     }
 }
 
+void write_sampled_logprobs(MsgpackWriter & w, const SampledProbs & probs) {
+    w.array(2);
+    w.real(std::log((double) probs.p));
+    w.array((uint32_t) probs.top.size());
+    for (const auto & [t, p] : probs.top) {
+        w.array(2);
+        w.integer(t);
+        w.real(std::log((double) p));
+    }
+}
+
 }  // namespace sa

@@ -7,6 +7,8 @@
 #include "llama.h"
 
 #include <cstdint>
+#include <utility>
+#include <vector>
 
 namespace sa {
 
@@ -18,5 +20,16 @@ constexpr int32_t MAX_TOP_LOGPROBS = 20;
 // (before any sampler or grammar), with the n_top most likely tokens, most
 // likely first (n_top clamped to 0..MAX_TOP_LOGPROBS).
 void write_logprobs(MsgpackWriter & w, llama_context * ctx, int32_t idx, llama_token id, int32_t n_top);
+
+// A token's probability and the most likely tokens' in the distribution the
+// sampler drew it from (after its samplers), most likely first.
+struct SampledProbs {
+    float p = 1.0f;
+    std::vector<std::pair<llama_token, float>> top;
+};
+
+// Writes the same [logprob, [[id, logprob], ...]] from probabilities taken
+// after sampling (log p; a token the sampler could not draw is left out).
+void write_sampled_logprobs(MsgpackWriter & w, const SampledProbs & probs);
 
 }  // namespace sa

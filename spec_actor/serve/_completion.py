@@ -87,7 +87,8 @@ class NativeAnswer(Answer):
         chunk = {"index": i, "content": ev.text, "tokens": [ev.id], "stop": False, "id_slot": -1,
                  "tokens_predicted": choice.tokens, "tokens_evaluated": len(self._prompt_of(choice))}
         if self.native.n_probs:
-            chunk["completion_probabilities"] = native_probabilities([ev], self.state.pool.model.tokenizer)
+            chunk["completion_probabilities"] = native_probabilities([ev], self.state.pool.model.tokenizer,
+                                                                     self.native.post_sampling_probs)
         await self.exchange.send_event(chunk)
 
     async def _close_choice(self, choice: Choice, extra: dict[str, Any] | None = None) -> None:
@@ -123,7 +124,8 @@ class NativeAnswer(Answer):
         settings = generation_settings(sampling, n_predict=self.native.n_predict,
                                        stream=self.job.stream, n_probs=self.native.n_probs, stop=stop,
                                        speculative_type=self.state.pool.actors[0].spec.type,
-                                       ignore_eos=self.native.ignore_eos)
+                                       ignore_eos=self.native.ignore_eos,
+                                       post_sampling_probs=self.native.post_sampling_probs)
         answer = {
             "index": i,
             "content": "" if self.job.stream else "".join(choice.text),
@@ -144,7 +146,8 @@ class NativeAnswer(Answer):
             "tokens_cached": prompt_tokens + max(predicted - 1, 0),
         } | speculation
         if self.probs[i]:
-            answer["completion_probabilities"] = native_probabilities(self.probs[i], tokenizer)
+            answer["completion_probabilities"] = native_probabilities(self.probs[i], tokenizer,
+                                                                      self.native.post_sampling_probs)
         if self.native.response_fields is not None:
             answer = _pick(answer, self.native.response_fields)
         return answer

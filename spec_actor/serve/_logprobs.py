@@ -11,6 +11,7 @@ each emitted position, whoever drafted the token.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from .._events import Token
@@ -52,17 +53,24 @@ def completion_logprobs_option(body: dict[str, Any]) -> int | None:
     return logprobs
 
 
-def native_probabilities(tokens: list[Token], tokenizer: Tokenizer) -> list[dict[str, Any]]:
+def native_probabilities(tokens: list[Token], tokenizer: Tokenizer, post_sampling: bool = False) -> list[dict[str, Any]]:
     """llama-server's ``completion_probabilities`` of ``tokens``: each token's and its alternatives' log-probabilities.
 
     Each entry is ``{"id", "token", "bytes", "logprob", "top_logprobs":
     [{"id", "token", "bytes", "logprob"}]}`` (``/completion`` with
-    ``n_probs``); pieces with special tokens written out.
+    ``n_probs``); pieces with special tokens written out. With
+    ``post_sampling`` (the tokens carry the sampler's probabilities, as
+    ``post_sampling_probs`` asks) they are ``prob`` and ``top_probs``.
     """
     def entry(token: int, logprob: float | None) -> dict[str, Any]:
-        return {"id": token} | _entry(tokenizer, token, logprob, special=True)
+        fields = {"id": token} | _entry(tokenizer, token, logprob, special=True)
+        if post_sampling:
+            del fields["logprob"]
+            fields["prob"] = None if logprob is None else math.exp(logprob)
+        return fields
 
-    return [entry(t.id, t.logprob) | {"top_logprobs": [entry(i, p) for i, p in t.top_logprobs]} for t in tokens]
+    top = "top_probs" if post_sampling else "top_logprobs"
+    return [entry(t.id, t.logprob) | {top: [entry(i, p) for i, p in t.top_logprobs]} for t in tokens]
 
 
 def _entry(tokenizer: Tokenizer, token: int, logprob: float | None, *, special: bool = False) -> dict[str, Any]:

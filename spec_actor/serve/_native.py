@@ -4,7 +4,7 @@ The body is llama-server's (its ``tools/server/README.md``): ``prompt`` as
 text, token ids, texts and ids mixed, or ``{"prompt_string": text}``;
 ``n_predict`` (-1: until the end of generation or of the context; alias
 ``max_tokens``), ``stream``, ``cache_prompt``, ``n_probs``,
-``return_tokens``, ``response_fields``, the samplers this server has, and
+``return_tokens``, ``response_fields``, ``post_sampling_probs``, the samplers this server has, and
 ``grammar`` or ``json_schema``. Samplers this server does not have are
 accepted only at the values that turn them off (`_settings.OFF`); their
 tuning fields, inert then, are only type-checked. The prompt is tokenized
@@ -42,8 +42,8 @@ _SWITCHES: dict[str, tuple[Any, str]] = {
 _INERT_NUMBERS = ("dynatemp_exponent", "xtc_threshold", "dry_base", "dry_allowed_length", "dry_penalty_last_n",
                   "mirostat_tau", "mirostat_eta", "adaptive_decay", "n_keep", "n_discard", "min_keep",
                   "n_cache_reuse", "id_slot", "sse_ping_interval")
-_INERT_FLAGS = ("cache_prompt", "timings_per_token", "return_progress", "verbose")
-_OFF_FLAGS = ("post_sampling_probs", "backend_sampling")
+# backend_sampling: where the sampler runs (a GPU's backend), not what it draws
+_INERT_FLAGS = ("cache_prompt", "timings_per_token", "return_progress", "verbose", "backend_sampling")
 _NEUTRAL_SAMPLERS = ("penalties", "dry", "top_n_sigma", "typ_p", "xtc")
 _PROMPT_FIELD = "prompt_string"
 MAX_PROMPTS = 16
@@ -70,10 +70,14 @@ def parse_native(body: object, n_vocab: int, grammar_limits: GrammarLimits = Gra
                           code="invalid_type")
     if get_field(body, "seed", int, default=None) == -1:  # llama-server's "random seed", the library's default
         body = {k: v for k, v in body.items() if k != "seed"}
+    post_sampling = get_field(body, "post_sampling_probs", bool, default=False)
     options = request_options(body, grammar_limits) | {"logprobs": n_probs or None}
+    if n_probs and post_sampling:
+        options["logprobs_after_sampling"] = True
     # an empty list asks for every field, as llama-server reads it
     native = NativeFields(n_predict, n_probs, return_tokens, tuple(fields) if fields else None,
-                          ignore_eos=get_field(body, "ignore_eos", bool, default=False), prompts=tuple(prompts))
+                          ignore_eos=get_field(body, "ignore_eos", bool, default=False), prompts=tuple(prompts),
+                          post_sampling_probs=post_sampling)
     return Job("native", get_field(body, "stream", bool, default=False), False,
                max_tokens=None if n_predict < 0 else n_predict, prompt=prompts[0], options=options, native=native,
                n=n)
@@ -100,9 +104,6 @@ def _refuse_switched_on(body: dict[str, Any]) -> None:
         get_field(body, name, float, default=None)
     for name in _INERT_FLAGS:
         get_field(body, name, bool, default=None)
-    for name in _OFF_FLAGS:
-        if get_field(body, name, bool, default=False):
-            raise unsupported(name, f"{name}=true")
     for name in ("lora", "multimodal_data"):
         value = body.get(name)
         if value not in (None, [], {}):

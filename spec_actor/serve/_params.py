@@ -61,6 +61,8 @@ class NativeFields:
     """Whether end-of-generation tokens are banned (``ignore_eos``; the biases are in the sampling)."""
     prompts: tuple[str | list[int | str], ...] = ()
     """Every prompt of the request (llama-server takes several); the job's ``prompt`` is the first."""
+    post_sampling_probs: bool = False
+    """Whether ``completion_probabilities`` are the sampler's (``prob``), not the raw logits' (``logprob``)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,7 +26,7 @@ OFF = {"dynatemp_range": 0.0, "dynatemp_exponent": 1.0, "top_n_sigma": -1.0, "xt
        "n_discard": 0, "min_keep": 0, "grammar_lazy": False,
        "grammar_triggers": [], "preserved_tokens": [], "chat_format": "Content-only", "reasoning_format": "none",
        "reasoning_in_content": False, "generation_prompt": "", "timings_per_token": False,
-       "post_sampling_probs": False, "backend_sampling": False}
+       "backend_sampling": False}
 """llama-server's fields of samplers and options this server does not have, at the values that turn them off.
 
 The chat fields (``chat_format`` ... ``generation_prompt``) are those of a
@@ -35,7 +35,7 @@ plain completion: text as it comes, no reasoning taken out of it."""
 
 def generation_settings(sampling: Sampling, *, n_predict: int = -1, stream: bool = False, n_probs: int = 0,
                         stop: list[str] | None = None, speculative_type: str = "none",
-                        ignore_eos: bool = False) -> dict[str, Any]:
+                        ignore_eos: bool = False, post_sampling_probs: bool = False) -> dict[str, Any]:
     """The ``generation_settings`` of a request run with ``sampling`` (``n_predict`` -1: no limit).
 
     ``logit_bias`` lists the sampling's biases as llama-server does,
@@ -53,6 +53,7 @@ def generation_settings(sampling: Sampling, *, n_predict: int = -1, stream: bool
         "frequency_penalty": sampling.frequency_penalty,
         **OFF,
         "ignore_eos": ignore_eos,
+        "post_sampling_probs": post_sampling_probs,
         "logit_bias": [{"bias": None if math.isinf(bias) else bias, "token": token}
                        for token, bias in sampling.logit_bias],
         "max_tokens": n_predict,

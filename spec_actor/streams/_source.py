@@ -73,6 +73,11 @@ class StreamSource(RequestQueue):
             logprobs (int | None): each `Token` carries the target model's
                 log-probability and this many (0 to 20) most likely
                 alternatives at its position; None (default) for none.
+            logprobs_after_sampling (bool): those log-probabilities are the
+                distribution the sampler drew the token from (after top-k,
+                top-p, min-p, the grammar; a greedy pick has probability
+                1), listing only tokens it could draw, rather than the
+                target's raw logits' (default False).
             sampling (Sampling), or sampler options: temp, top_k, top_p,
                 min_p, seed, penalty_last_n, repeat_penalty,
                 frequency_penalty, presence_penalty, grammar, grammar_root;
