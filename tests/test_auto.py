@@ -20,7 +20,8 @@ from greedy_helpers import GEMMA_NEAR_TIE, assert_consistent, assert_lossless, g
 from step_costs import CHEAP_DRAFTS_US, TINY_STEP_COST_US
 from spec_actor import Session, Spec, Stats
 from spec_actor.nif import testing as nt
-from tiny_model_fixtures import mtp_model, mtp_model_without_mtp, tiny_dflash, tiny_paths, tiny_target  # noqa: F401
+from tiny_model_fixtures import (hybrid_model_without_mtp, mtp_model, mtp_model_without_mtp, tiny_dflash,  # noqa: F401
+                                 tiny_paths, tiny_target)
 
 PROMPTS = Path(__file__).resolve().parent.parent / "bench" / "prompts"
 # Repeats itself, so drafters have something to find, and continues in free text.
@@ -273,6 +274,36 @@ def test_auto_falls_back_to_plain_steps_on_sampled_text(tiny_target):
     assert plain_steps >= 0.8 * stats.iters, stats.summary()
     wasted, wasted_fixed = (s.drafts_generated - s.drafts_accepted for s in (stats, fixed))
     assert wasted <= 0.25 * wasted_fixed, (stats.summary(), fixed.summary())
+
+
+# A drafted token costs two plain steps: no draft can pay, however much of it is accepted.
+DRAFTS_COST_TWICE_US = [200.0 + 400.0 * n for n in range(33)]
+EXPLORE_SHARE = 0.01
+"""The share of the steps' priced time that exploring steps may lose (native/draft/explore_budget.h)."""
+
+
+@pytest.mark.parametrize("model_name", ["tiny_target", "hybrid_model_without_mtp"])
+def test_exploring_steps_lose_at_most_their_share_of_the_run(request, model_name):
+    """Where plain wins, auto still verifies a proposal now and then, while what that lost stays within 1%.
+
+    Under DRAFTS_COST_TWICE_US plain wins every step, so every drafted step
+    explores. One that verifies n tokens and gets a accepted loses, priced
+    by the table, 400 n - 200 a >= 200 us; the first may come at step 16
+    (nothing lost yet), each later one only while the losses are at most 1%
+    of the priced time of every step so far. Without that budget one came
+    every 16th step on this prompt, whose repeats keep the lookups proposing.
+    """
+    model = request.getfixturevalue(model_name)
+    with Session(model, spec="none", n_ctx=1024, n_threads=1) as plain:
+        expected = greedy(plain, TINY_PROMPT, 256).tokens
+    with Session(model, spec="auto", n_ctx=1024, n_threads=1) as session:
+        nt.fix_step_cost_table(session._handle, DRAFTS_COST_TWICE_US)
+        run = greedy(session, TINY_PROMPT, 256)
+    stats = run.stats
+    assert run.tokens == expected
+    explored = stats.iters - next(d.steps for d in stats.drafters if d.name == "none")
+    priced_us = 200.0 * stats.iters + 400.0 * stats.drafts_generated
+    assert 1 <= explored <= 1 + EXPLORE_SHARE * priced_us / 200.0, stats.summary()
 
 
 def test_mtp_is_chosen_when_it_is_the_only_model_drafter(mtp_model, mtp_model_without_mtp):

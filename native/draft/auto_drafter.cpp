@@ -132,7 +132,9 @@ void AutoDrafter::begin(const RunStart & start) {
     if (start.fresh) {
         make_arms();
         price_.cost().reset();
+        explore_budget_.reset();
     }
+    exploring_ = false;
     for (DraftArm & arm : cheap_) {
         if (arm.spec) common_speculative_begin(arm.spec, 0, start.prompt_tgt);
         arm.proposed = false;
@@ -233,7 +235,10 @@ void AutoDrafter::draft(const DraftInput & in, llama_tokens & draft) {
     alt.rate = choice.length.rate;
     choice_.best = choice.offer >= 0 ? choice_.offered[(size_t) choice.offer] : nullptr;
     choice_.n = choice.length.n;
-    choice_.explores = steps_ % kExploreEvery == 0;
+    // an exploring step where plain won must fit the budget of time it may lose (decision 0115)
+    choice_.plain_won = choice_.best == nullptr;
+    choice_.explores = steps_ % kExploreEvery == 0 && (!choice_.plain_won || explore_budget_.allows());
+    choice_.rollback = in.rollback;
     if (choice_.explores) explore(choice_.best, choice_.n);
 
     if (model_.active()) {
@@ -253,6 +258,7 @@ void AutoDrafter::finish_draft(llama_tokens & draft, int64_t t_us) {
 
 bool AutoDrafter::take_model_draft(llama_tokens & draft) {
     if (!model_.take(choice_.alt, price_)) return false;
+    exploring_ = false;
     draft = model_.proposal();
     chosen_ = model_.id();
     last_n_ = (int32_t) draft.size();
@@ -264,6 +270,7 @@ void AutoDrafter::take_cheap_choice(llama_tokens & draft) {
     model_.pass();
     offered_ = choice_.best;
     if (choice_.best != nullptr) resize(choice_.n, draft);
+    exploring_ = choice_.explores && choice_.plain_won && !draft.empty();
     adjustable_ = !choice_.explores;
     // after a plain choice, the proposal whose first token is likeliest accepted
     for (size_t i = 0; adjustable_ && choice_.best == nullptr && i < choice_.offered.size(); ++i) {
@@ -309,6 +316,19 @@ void AutoDrafter::explore(DraftArm *& best, int32_t & best_n) {
     }
 }
 
+double AutoDrafter::explore_loss(const StepOutcome & out) const {
+    // What the draft added to the decode, its checkpoint, and after a
+    // rollback the restore and the wider re-verification, against the plain
+    // steps saved by the tokens it got accepted; priced by the step cost.
+    const StepCost & cost = price_.cost();
+    const RollbackPrice & rb = choice_.rollback;
+    const int32_t n_accepted = (int32_t) out.ids.size() - 1;
+    double added = cost.at(out.n_others + out.n_verified) - cost.at(out.n_others);
+    if (out.n_verified > rb.free) added += rb.save_us;
+    if (!out.committed) added += rb.restore_us + cost.at(out.n_others + n_accepted) - cost.at(out.n_others);
+    return added - n_accepted * cost.at(0);
+}
+
 bool AutoDrafter::process(const common_batch & batch) { return model_.process(batch, pending_); }
 
 void AutoDrafter::observe(const StepOutcome & out) {
@@ -316,6 +336,11 @@ void AutoDrafter::observe(const StepOutcome & out) {
     if (pending_) {
         pending_ = false;
         price_.observe(out.n_verified + out.n_others, out.t_verify_us, out.priced, ids.size(), out.t_sample_us);
+        if (price_.timed()) {  // priced as the chooser prices: a fixed table's choices stay the machine's load's own
+            explore_budget_.spent(price_.cost().at(out.n_verified + out.n_others));
+            if (exploring_) explore_budget_.explored(explore_loss(out));
+        }
+        exploring_ = false;
         // Every proposal learns how much of it the target's tokens confirm.
         for (DraftArm & arm : cheap_) {
             const int32_t m = arm.learn(ids);

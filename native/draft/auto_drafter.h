@@ -25,6 +25,7 @@
 #include "draft/adaptive.h"
 #include "draft/draft_arm.h"
 #include "draft/drafter.h"
+#include "draft/explore_budget.h"
 #include "draft/model_arm.h"
 #include "draft/step_cost.h"
 #include "draft/splice_lookup.h"
@@ -132,10 +133,16 @@ private:
         DraftArm * best = nullptr;       // null: plain
         int32_t n = 0;                   // its length
         bool explores = false;           // an exploring step
+        bool plain_won = false;          // it explores although plain won (the budget's kind)
+        RollbackPrice rollback;          // what undoing its draft costs
         Alternative alt;                 // its rate and the step's price, as the model arm sees them
         std::vector<DraftArm *> offered; // the arms that proposed
     };
     CheapChoice choice_;
+    ExploreBudget explore_budget_;
+    bool exploring_ = false;  // the step being verified explores although plain won
+    // What the exploring step just verified lost against plain decoding (us).
+    double explore_loss(const StepOutcome & out) const;
     bool take_model_draft(llama_tokens & draft);
     void take_cheap_choice(llama_tokens & draft);
 
