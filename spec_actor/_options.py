@@ -40,12 +40,15 @@ class RequestOptions:
     """How the next token is chosen."""
     logprobs: int | None = None
     """Tokens carry the target's log-probability and this many alternatives (0 to 20); None: none."""
+    prompt_progress: bool = False
+    """Emit `Progress` events while the prompt is evaluated (one before it starts, one per chunk)."""
 
     @classmethod
     def from_kwargs(cls, *, max_tokens: int = 256, emit_stats_every: int = 0, timeout: float | None = None,
                     deadline: float | None = None, stop: str | list[str] | tuple[str, ...] | None = None, add_special: bool = True,
                     parse_special: bool = False, sampling: Sampling | None = None,
-                    logprobs: int | None = None, **sampling_options: Any) -> RequestOptions:
+                    logprobs: int | None = None, prompt_progress: bool = False,
+                    **sampling_options: Any) -> RequestOptions:
         """Validate the public request options.
 
         Raises:
@@ -64,7 +67,8 @@ class RequestOptions:
                 raise ConfigError(f"deadline={deadline!r} is invalid: expected a trio.current_time() value, "
                                   "or None for no limit")
             deadline = float(deadline)
-        for name, flag in (("add_special", add_special), ("parse_special", parse_special)):
+        for name, flag in (("add_special", add_special), ("parse_special", parse_special),
+                           ("prompt_progress", prompt_progress)):
             if not isinstance(flag, bool):
                 raise ConfigError(f"{name}={flag!r} is invalid: expected True or False")
         if sampling is None:
@@ -75,7 +79,7 @@ class RequestOptions:
             raise ConfigError("pass either sampling=Sampling(...) or sampler options "
                               f"({', '.join(sorted(sampling_options))}), not both")
         return cls(max_tokens, emit_stats_every, timeout, deadline, _stop_strings(stop), add_special,
-                   parse_special, sampling, check_logprobs(logprobs))
+                   parse_special, sampling, check_logprobs(logprobs), prompt_progress)
 
 
 def _stop_strings(stop: object) -> tuple[str, ...]:

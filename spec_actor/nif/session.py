@@ -87,7 +87,8 @@ def can_batch(model: Any, *, spec: Mapping[str, Any], draft_model: Any, n_batch:
 
 def run(handle: SessionHandle, tokens: list[int], *, max_tokens: int, emit_stats_every: int,
         sampling: Mapping[str, Any], on_batch: Callable[[bytes], Any], seq: int | None = None,
-        logprobs: int | None = None, grammar_prefill: str = "", logit_bias: Sequence[tuple[int, float]] = ()) -> int:
+        logprobs: int | None = None, grammar_prefill: str = "", logit_bias: Sequence[tuple[int, float]] = (),
+        prompt_progress: bool = False) -> int:
     """Run one generation, calling on_batch(msgpack bytes) once per loop step.
 
     ``sampling`` holds the ``sa_sampling_params`` fields by name (strings
@@ -97,7 +98,8 @@ def run(handle: SessionHandle, tokens: list[int], *, max_tokens: int, emit_stats
     input and re-raises an exception that on_batch raised. Blocks: call it
     from a worker thread. The request runs on sequence ``seq`` (None: 0, a
     one-sequence session's) with its own ``logprobs`` and ``grammar_prefill``;
-    ``logit_bias`` (token, bias) pairs fill the sampling's bias arrays.
+    ``logit_bias`` (token, bias) pairs fill the sampling's bias arrays;
+    ``prompt_progress`` asks for the prompt's progress events.
     """
     keepalive: list[Any] = []
     params = ffi.new("sa_run_params *")
@@ -106,6 +108,7 @@ def run(handle: SessionHandle, tokens: list[int], *, max_tokens: int, emit_stats
     params.n_prompt = len(tokens)
     params.max_tokens = max_tokens
     params.emit_stats_every = emit_stats_every
+    params.emit_progress = int(prompt_progress)
     fill(params.sampling, sampling, keepalive)
     _fill_logit_bias(params.sampling, logit_bias, keepalive)
     callback = _Callback(on_batch)

@@ -73,6 +73,10 @@ class StreamSource(RequestQueue):
             logprobs (int | None): each `Token` carries the target model's
                 log-probability and this many (0 to 20) most likely
                 alternatives at its position; None (default) for none.
+            prompt_progress (bool): `Progress` events while the prompt is
+                evaluated: one before it starts, one per prompt chunk the
+                engine decodes, the last (``processed == total``) before
+                the first `Token`; False (default) for none.
             sampling (Sampling), or sampler options: temp, top_k, top_p,
                 min_p, seed, penalty_last_n, repeat_penalty,
                 frequency_penalty, presence_penalty, grammar, grammar_root;
