@@ -4,7 +4,8 @@ The body is llama-server's (its ``tools/server/README.md``): ``prompt`` as
 text, token ids, texts and ids mixed, or ``{"prompt_string": text}``;
 ``n_predict`` (-1: until the end of generation or of the context; alias
 ``max_tokens``), ``stream``, ``cache_prompt``, ``n_probs``,
-``return_tokens``, ``response_fields``, the samplers this server has, and
+``return_tokens``, ``response_fields``, ``timings_per_token``,
+``return_progress``, the samplers this server has, and
 ``grammar`` or ``json_schema``. Samplers this server does not have are
 accepted only at the values that turn them off (`_settings.OFF`); their
 tuning fields, inert then, are only type-checked. The prompt is tokenized
@@ -42,7 +43,7 @@ _SWITCHES: dict[str, tuple[Any, str]] = {
 _INERT_NUMBERS = ("dynatemp_exponent", "xtc_threshold", "dry_base", "dry_allowed_length", "dry_penalty_last_n",
                   "mirostat_tau", "mirostat_eta", "adaptive_decay", "n_keep", "n_discard", "min_keep",
                   "n_cache_reuse", "id_slot", "sse_ping_interval")
-_INERT_FLAGS = ("cache_prompt", "timings_per_token", "return_progress", "verbose")
+_INERT_FLAGS = ("cache_prompt", "verbose")
 _OFF_FLAGS = ("post_sampling_probs", "backend_sampling")
 _NEUTRAL_SAMPLERS = ("penalties", "dry", "top_n_sigma", "typ_p", "xtc")
 _PROMPT_FIELD = "prompt_string"
@@ -72,7 +73,8 @@ def parse_native(body: object, n_vocab: int, grammar_limits: GrammarLimits = Gra
         body = {k: v for k, v in body.items() if k != "seed"}
     options = request_options(body, grammar_limits) | {"logprobs": n_probs or None}
     native = NativeFields(n_predict, n_probs, return_tokens, None if fields is None else tuple(fields),
-                          ignore_eos=get_field(body, "ignore_eos", bool, default=False), prompts=tuple(prompts))
+                          ignore_eos=get_field(body, "ignore_eos", bool, default=False), prompts=tuple(prompts),
+                          timings_per_token=get_field(body, "timings_per_token", bool, default=False))
     return Job("native", get_field(body, "stream", bool, default=False), False,
                max_tokens=None if n_predict < 0 else n_predict, prompt=prompts[0], options=options, native=native,
                n=n)

@@ -61,6 +61,8 @@ class NativeFields:
     """Whether end-of-generation tokens are banned (``ignore_eos``; the biases are in the sampling)."""
     prompts: tuple[str | list[int | str], ...] = ()
     """Every prompt of the request (llama-server takes several); the job's ``prompt`` is the first."""
+    timings_per_token: bool = False
+    """Whether each streamed event carries the ``timings`` so far (``timings_per_token``), not only the last."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,7 +210,8 @@ def _max_tokens(body: dict[str, Any], names: tuple[str, ...], default: int | Non
 
 
 def request_options(body: dict[str, Any], grammar_limits: GrammarLimits) -> dict[str, Any]:
-    """``sampling`` and ``stop`` for ``stream_events``; ranges are checked by `Sampling`.
+    """``sampling``, ``stop`` and ``prompt_progress`` (llama-server's ``return_progress``, on a stream) for
+    ``stream_events``; ranges are checked by `Sampling`.
 
     Raises:
         ApiError: a 400 naming the field.
@@ -228,6 +231,8 @@ def request_options(body: dict[str, Any], grammar_limits: GrammarLimits) -> dict
     if grammar is not None:
         options["grammar"] = grammar
     options = {"sampling": _sampling(options, grammar_limits)}
+    if get_field(body, "return_progress", bool, default=False) and get_field(body, "stream", bool, default=False):
+        options["prompt_progress"] = True  # llama-server's: the stream reports the prompt's evaluation
     stop = body.get("stop")
     if stop is not None:
         items = [stop] if isinstance(stop, str) else stop
