@@ -10,11 +10,14 @@ run's statistics, not from the events themselves.
 
 from __future__ import annotations
 
+import random
+
 import pytest
 import trio
+from tiny_model_fixtures import hybrid_model, tiny_draft, tiny_paths, tiny_target  # noqa: F401
 
 import spec_actor
-from spec_actor import ConfigError, Done, Progress, Session, Stats, Token
+from spec_actor import ConfigError, Done, Progress, Session, Spec, Stats, Token
 
 N_BATCH = 32
 PROMPT = "the quick brown fox jumps over the lazy dog " * 8
@@ -102,6 +105,28 @@ def test_a_sampled_run_reports_the_whole_prompt_before_its_first_token(gemma):
     assert processed == sorted(set(processed)) and len(progress) >= 3
     first_token = next(i for i, batch in enumerate(batches) if any(type(ev) is Token for ev in batch))
     assert sum(len(batch) for batch in batches[:first_token]) == len(progress)  # every report before it
+
+
+@pytest.mark.parametrize("kind", ["draft-simple", "mtp-hybrid"])
+def test_a_draft_context_or_a_recurrent_target_reports_up_to_the_whole_prompt(request, kind):
+    # a draft context decodes the last prompt token with the first draft, a recurrent target checkpoints
+    # before it: chunk ends the engine adds, which the reports follow
+    if kind == "draft-simple":
+        model, spec = request.getfixturevalue("tiny_target"), Spec("draft-simple", n_draft=3,
+                                                                     draft_model=request.getfixturevalue("tiny_draft"))
+    else:
+        model, spec = request.getfixturevalue("hybrid_model"), Spec("mtp", n_draft=2)
+    rng = random.Random(5)
+    prompt = [rng.randrange(1, model.info.n_vocab) for _ in range(3 * N_BATCH + 7)]
+    with Session(model, spec=spec, n_ctx=512, n_batch=N_BATCH, n_ubatch=N_BATCH, n_threads=1) as session:
+        batches, result = _run(session, prompt, prompt_progress=True)
+        again, _ = _run(session, prompt + prompt[:9], prompt_progress=True)  # its prefix kept
+    processed = [p.processed for p in _progress(batches)]
+    assert processed[0] == 0 and processed[-1] == len(prompt) and processed == sorted(set(processed))
+    assert all(b - a <= N_BATCH for a, b in zip(processed, processed[1:]))
+    assert result.status == "done" and len(result.tokens) == 4
+    kept = _progress(again)
+    assert kept[0].processed == kept[0].cached > 0 and kept[-1].processed == len(prompt) + 9
 
 
 def test_a_reader_that_stops_at_a_progress_report_stops_the_run(gemma):
