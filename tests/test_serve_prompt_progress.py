@@ -63,6 +63,8 @@ async def test_completion_streams_each_chunk_of_the_prompt_with_its_timings(gemm
     # the last report's timings are the prompt's in the final ones
     final = told[-1]["timings"]
     assert final["prompt_n"] == total and final["prompt_ms"] == prompt_ms[-1]
+    assert told[-1]["generation_settings"]["timings_per_token"] is True
+    assert plain[-1]["generation_settings"]["timings_per_token"] is False
     # timings_per_token: every token's event carries them too, counting the tokens so far
     pieces = [c for c in told[len(progress):-1]]
     assert [c["timings"]["predicted_n"] for c in pieces] == list(range(1, len(pieces) + 1))

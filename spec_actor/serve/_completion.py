@@ -142,7 +142,8 @@ class NativeAnswer(Answer):
         settings = generation_settings(sampling, n_predict=self.native.n_predict,
                                        stream=self.job.stream, n_probs=self.native.n_probs, stop=stop,
                                        speculative_type=self.state.pool.actors[0].spec.type,
-                                       ignore_eos=self.native.ignore_eos)
+                                       ignore_eos=self.native.ignore_eos,
+                                       timings_per_token=self.native.timings_per_token)
         answer = {
             "index": i,
             "content": "" if self.job.stream else "".join(choice.text),
