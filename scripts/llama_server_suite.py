@@ -45,7 +45,7 @@ SERVERS = ("llama-server", "spec-actor")
 VALUE_FLAGS = {
     "--port", "--temp", "--seed", "--host", "--model", "-m", "--model-url", "--model-draft", "--hf-repo",
     "--hf-file", "--models-dir", "--models-max", "--models-preset", "--cors-origins", "--batch-size",
-    "--ubatch-size", "--threads", "-t", "--n-gpu-layers", "--pooling", "--alias", "--tags", "--ctx-size", "-c",
+    "--ubatch-size", "-b", "-ub", "--threads", "-t", "--n-gpu-layers", "--pooling", "--alias", "--tags", "--ctx-size", "-c",
     "--parallel", "-np", "-ctk", "-ctv", "-fa", "--n-predict", "--slot-save-path", "--grp-attn-n", "--grp-attn-w",
     "--lora", "--spec-type", "--api-key", "--spec-draft-n-max", "--spec-draft-n-min", "--spec-synth-len",
     "--spec-synth-rates", "--reasoning-format", "--reasoning", "--chat-template", "--chat-template-file",
@@ -103,7 +103,8 @@ def spec_actor_args(pairs: list[tuple[str, str | None]], scratch: Path) -> list[
                         ("--api-key", ("--api-key",)), ("--cors-origins", ("--cors-origins",)),
                         ("--chat-template", ("--chat-template-file",)), ("--temp", ("--temp",)),
                         ("--seed", ("--seed",)), ("--n-predict", ("--n-predict",)), ("--model-tags", ("--tags",)),
-                        ("--reasoning", ("--reasoning",))):
+                        ("--reasoning", ("--reasoning",)), ("--batch-size", ("--batch-size", "-b")),
+                        ("--ubatch-size", ("--ubatch-size", "-ub"))):
         for name in names:
             if flags.get(name):
                 out += [ours, str(flags[name])]

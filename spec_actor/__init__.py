@@ -22,7 +22,7 @@ from ._errors import (
     SpecError,
 )
 from ._limits import GrammarLimits
-from ._events import Done, Eog, Error, Event, Stats, Token
+from ._events import Done, Eog, Error, Event, Progress, Stats, Token
 from ._guards import WrongContextError
 from ._model import FimTokens, Model, ModelInfo, default_model_path, load_model
 from ._pool import ActorPool, open_pool
@@ -63,6 +63,7 @@ __all__ = [
     "ModelLoadError",
     "ModelMissingError",
     "PrefixCacheUsage",
+    "Progress",
     "PromptError",
     "QueueFullError",
     "RunResult",

@@ -299,7 +299,8 @@ class GenerationActor(StreamSource):
         opts = req.options
         return self._session.run(req.tokens, max_tokens=opts.max_tokens, emit_stats_every=opts.emit_stats_every,
                                  sampling=opts.sampling, on_events=on_events, clear_cancel=False,
-                                 logprobs=opts.logprobs, logprobs_after_sampling=opts.logprobs_after_sampling)
+                                 logprobs=opts.logprobs, logprobs_after_sampling=opts.logprobs_after_sampling,
+                                 prompt_progress=opts.prompt_progress)
 
     def _blocking_sink(self, req: Request) -> Any:
         """Hands a batch to the stream; waits for a permit first while the reader is `buffer` batches behind."""

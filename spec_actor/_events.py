@@ -3,8 +3,8 @@
 The native loop hands over one msgpack batch per step (schema in
 ``native/abi/spec_actor.h``). `BatchDecoder.decode` validates a batch and returns
 `RawToken` tuples for tokens (the session turns their bytes into text with a
-UTF-8 stream decoder) and finished `Stats`, `Done`, `Eog` and `Error` events
-for the rest.
+UTF-8 stream decoder) and finished `Stats`, `Progress`, `Done`, `Eog` and
+`Error` events for the rest.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from .nif._check import error_for_status
 from .nif.schema import EV_DONE as SA_EV_DONE
 from .nif.schema import EV_EOG as SA_EV_EOG
 from .nif.schema import EV_ERROR as SA_EV_ERROR
+from .nif.schema import EV_PROGRESS as SA_EV_PROGRESS
 from .nif.schema import EV_STATS as SA_EV_STATS
 from .nif.schema import EV_TOKEN as SA_EV_TOKEN
 
@@ -30,6 +31,7 @@ __all__ = [
     "Eog",
     "Error",
     "Event",
+    "Progress",
     "RawEvent",
     "RawToken",
     "Stats",
@@ -61,6 +63,30 @@ class Stats:
 
     snapshot: StatsSnapshot
     """The statistics of the request so far."""
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class Progress:
+    """How far the prompt's evaluation is, when the request asked for it (``prompt_progress=True``).
+
+    One comes before any prompt token is evaluated (``processed == cached``),
+    then one per prompt chunk the engine decoded; the last has
+    ``processed == total`` and comes before the first `Token`. The
+    overall progress is ``processed / total``; of the tokens that need
+    evaluating, ``(processed - cached) / (total - cached)``.
+    """
+
+    total: int
+    """The prompt's tokens."""
+    cached: int
+    """Of those, the ones the prefix cache kept from an earlier request (not evaluated again)."""
+    processed: int
+    """Of those, the ones the context holds so far, the cached ones (and any copied from another
+    sequence of a pool holding the same prefix) included."""
+    time_us: int
+    """The time the prompt's chunks took to decode so far, in microseconds (0 in the first one; the
+    request's ``StatsSnapshot.timing_us.prefill`` once the prompt is in)."""
 
 
 @final
@@ -118,7 +144,7 @@ class Error:
         return error_for_status(self.code, self.reason)
 
 
-Event = Union[Token, Stats, Done, Eog, Error]
+Event = Union[Token, Stats, Progress, Done, Eog, Error]
 """Any event of an event stream."""
 
 TERMINAL = (Done, Eog, Error)
@@ -138,7 +164,7 @@ class RawToken(NamedTuple):
     """The most likely (token id, log-probability) at its position, when asked for."""
 
 
-RawEvent = Union[RawToken, Stats, Done, Eog, Error]
+RawEvent = Union[RawToken, Stats, Progress, Done, Eog, Error]
 """What `BatchDecoder.decode` returns for each event."""
 
 # Per event kind: its name, its schema and its field types.
@@ -148,6 +174,8 @@ _SCHEMA: dict[int, tuple[str, str, tuple[type, ...]]] = {
     SA_EV_DONE: ("done", f"[{SA_EV_DONE}, stats:map]", (dict,)),
     SA_EV_EOG: ("eog", f"[{SA_EV_EOG}, stats:map, eog_token_id:int]", (dict, int)),
     SA_EV_ERROR: ("error", f"[{SA_EV_ERROR}, code:int, message:str]", (int, str)),
+    SA_EV_PROGRESS: ("progress", f"[{SA_EV_PROGRESS}, total:int, cache:int, processed:int, time_us:int]",
+                     (int, int, int, int)),
 }
 _TERMINAL_NAMES: dict[type, str] = {Done: "done", Eog: "eog", Error: "error"}
 
@@ -231,6 +259,8 @@ def _decode_other(ev: object) -> RawEvent:
         return RawToken(fields[0], fields[1])
     if kind == SA_EV_ERROR:
         return Error(fields[1], fields[0])
+    if kind == SA_EV_PROGRESS:
+        return Progress(*fields)
     snapshot = StatsSnapshot.from_map(fields[0])
     if kind == SA_EV_STATS:
         return Stats(snapshot)

@@ -42,12 +42,14 @@ class RequestOptions:
     """Tokens carry the target's log-probability and this many alternatives (0 to 20); None: none."""
     logprobs_after_sampling: bool = False
     """``logprobs`` are those of the distribution the sampler drew from (after its samplers), not the raw logits'."""
+    prompt_progress: bool = False
+    """Emit `Progress` events while the prompt is evaluated (one before it starts, one per chunk)."""
 
     @classmethod
     def from_kwargs(cls, *, max_tokens: int = 256, emit_stats_every: int = 0, timeout: float | None = None,
                     deadline: float | None = None, stop: str | list[str] | tuple[str, ...] | None = None, add_special: bool = True,
                     parse_special: bool = False, sampling: Sampling | None = None,
-                    logprobs: int | None = None, logprobs_after_sampling: bool = False,
+                    logprobs: int | None = None, logprobs_after_sampling: bool = False, prompt_progress: bool = False,
                     **sampling_options: Any) -> RequestOptions:
         """Validate the public request options.
 
@@ -68,7 +70,7 @@ class RequestOptions:
                                   "or None for no limit")
             deadline = float(deadline)
         for name, flag in (("add_special", add_special), ("parse_special", parse_special),
-                           ("logprobs_after_sampling", logprobs_after_sampling)):
+                           ("logprobs_after_sampling", logprobs_after_sampling), ("prompt_progress", prompt_progress)):
             if not isinstance(flag, bool):
                 raise ConfigError(f"{name}={flag!r} is invalid: expected True or False")
         if sampling is None:
@@ -79,7 +81,7 @@ class RequestOptions:
             raise ConfigError("pass either sampling=Sampling(...) or sampler options "
                               f"({', '.join(sorted(sampling_options))}), not both")
         return cls(max_tokens, emit_stats_every, timeout, deadline, _stop_strings(stop), add_special,
-                   parse_special, sampling, check_logprobs(logprobs), logprobs_after_sampling)
+                   parse_special, sampling, check_logprobs(logprobs), logprobs_after_sampling, prompt_progress)
 
 
 def _stop_strings(stop: object) -> tuple[str, ...]:

@@ -238,11 +238,13 @@ class Session:
     def run(self, prompt: str | Sequence[int], *, max_tokens: int = 256, emit_stats_every: int = 0,
             add_special: bool = True, parse_special: bool = False, sampling: Sampling | None = None,
             on_events: EventSink | None = None, clear_cancel: bool = True, logprobs: int | None = None,
-            logprobs_after_sampling: bool = False, seq: int | None = None, **sampling_options: Any) -> RunResult:
+            logprobs_after_sampling: bool = False, seq: int | None = None, prompt_progress: bool = False,
+            **sampling_options: Any) -> RunResult:
         """Generate from prompt until max_tokens, end of generation or cancel.
 
         on_events receives each loop step's events (Token, Stats, and finally
-        Done, Eog or Error) and returns False to stop the run early. With
+        Done, Eog or Error; with ``prompt_progress``, Progress events while
+        the prompt is evaluated) and returns False to stop the run early. With
         ``logprobs=n`` (0 to 20) each Token carries the target's
         log-probability and its n most likely alternatives; with
         ``logprobs_after_sampling`` they are those of the distribution the
@@ -271,7 +273,8 @@ class Session:
         status = _ns.run(self._live(), tokens, max_tokens=max_tokens, emit_stats_every=emit_stats_every,
                          sampling=sampling.native_params(), on_batch=collector, seq=seq, logprobs=logprobs,
                          logprobs_after_sampling=logprobs_after_sampling,
-                         grammar_prefill=prefill, logit_bias=sampling.logit_bias)
+                         grammar_prefill=prefill, logit_bias=sampling.logit_bias,
+                         prompt_progress=bool(prompt_progress))
         return collector.result(status, self._snapshot(1, seq))
 
     def cancel(self, seq: int | None = None) -> None:

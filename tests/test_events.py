@@ -4,7 +4,7 @@ import msgpack
 import pytest
 
 from spec_actor._errors import ConfigError, DecodeError, EventDecodeError, SpecActorError
-from spec_actor._events import TERMINAL, BatchDecoder, Done, Eog, Error, RawToken, Stats, Token
+from spec_actor._events import TERMINAL, BatchDecoder, Done, Eog, Error, Progress, RawToken, Stats, Token
 from spec_actor._stats import StatsSnapshot
 
 STATS = {
@@ -42,6 +42,11 @@ def test_stats_done_eog_error_decode_to_events():
     assert decode(pack([[4, 16, "llama_decode failed"]])) == [Error("llama_decode failed", 16)]
 
 
+def test_progress_events_decode_before_the_first_token():
+    assert decode(pack([[5, 40, 8, 8, 0]])) == [Progress(40, 8, 8, 0)]
+    assert decode(pack([[5, 40, 8, 40, 1234], [0, 1, b"a"]])) == [Progress(40, 8, 40, 1234), RawToken(1, b"a")]
+
+
 @pytest.mark.parametrize(
     ("batch", "needle"),
     [
@@ -50,8 +55,10 @@ def test_stats_done_eog_error_decode_to_events():
         ([[0, 1]], "token event: expected"),
         ([[0, -1.5, b"x"]], "token event: expected"),
         ([[0, True, b"x"]], "token event: expected"),
-        ([[False, 1, b"x"]], "expected an event kind from 0 to 4, found bool False"),
-        ([[5, 1, b"x"]], "expected an event kind from 0 to 4, found int 5"),
+        ([[False, 1, b"x"]], "expected an event kind from 0 to 5, found bool False"),
+        ([[6, 1, b"x"]], "expected an event kind from 0 to 5, found int 6"),
+        ([[5, 10, 0, 0]], "progress event: expected [5, total:int, cache:int, processed:int, time_us:int]"),
+        ([[5, 10, 0, 0, 1.5]], "progress event: expected"),
         ([["0", 1, b"x"]], "found str '0'"),
         ([[]], "expected a non-empty array, found list []"),
         ([7], "event 0: expected a non-empty array, found int 7"),
@@ -84,7 +91,7 @@ def test_invalid_msgpack_raises_event_decode_error(data):
 def test_event_classes_are_frozen_and_terminal_set():
     assert TERMINAL == (Done, Eog, Error)
     snap = StatsSnapshot.from_map(STATS)
-    for ev in (Token(1, "a"), Stats(snap), Done(snap), Eog(snap, 2), Error("x")):
+    for ev in (Token(1, "a"), Stats(snap), Progress(3, 0, 1, 5), Done(snap), Eog(snap, 2), Error("x")):
         with pytest.raises(dataclasses.FrozenInstanceError):
             setattr(ev, dataclasses.fields(ev)[0].name, None)
         assert isinstance(ev, TERMINAL) == (type(ev) in (Done, Eog, Error))

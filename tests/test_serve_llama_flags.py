@@ -15,7 +15,7 @@ import httpx
 import pytest
 from actor_fixtures import QUESTION, REPEATS
 from prometheus_client.parser import text_string_to_metric_families
-from serve_helpers import CLI, TESTS_DIR, TIMEOUT, error_of, http, serving, start_cli_server, subprocess_env
+from serve_helpers import CLI, TESTS_DIR, TIMEOUT, error_of, http, serving, sse_data, start_cli_server, subprocess_env
 
 from spec_actor import ConfigError
 from spec_actor.serve import RequestDefaults, open_server
@@ -240,8 +240,13 @@ def test_bad_defaults_are_refused(kwargs):
 def test_the_cli_takes_llama_servers_flags():
     proc, url = start_cli_server("--temp", "0.5", "--seed", "7", "--n-predict", "3", "--no-metrics", "--no-slots",
                                  "--model-name", "code,fim", "--model-tags", "chat", "--reasoning", "off",
-                                 "--cors-origins", "localhost", "--verbose")
+                                 "--cors-origins", "localhost", "--verbose", "-b", "16", "-ub", "16")
+    prompt = "the quick brown fox jumps over the lazy dog " * 4
     try:
+        total = len(httpx.post(f"{url}/tokenize", json={"content": prompt, "add_special": True},
+                               timeout=TIMEOUT).json()["tokens"])
+        streamed = httpx.post(f"{url}/completion", json={"prompt": prompt, "n_predict": 1, "stream": True,
+                                                         "return_progress": True}, timeout=TIMEOUT).text
         params = httpx.get(f"{url}/props", timeout=TIMEOUT).json()["default_generation_settings"]["params"]
         model = httpx.get(f"{url}/v1/models", timeout=TIMEOUT).json()["data"][0]
         metrics, slots = httpx.get(f"{url}/metrics", timeout=TIMEOUT), httpx.get(f"{url}/slots", timeout=TIMEOUT)
@@ -256,6 +261,9 @@ def test_the_cli_takes_llama_servers_flags():
     assert (metrics.status_code, slots.status_code) == (501, 501)
     assert verbose["__verbose"]["tokens_evaluated"] == verbose["usage"]["prompt_tokens"]
     assert preflight.headers["access-control-allow-origin"] == "http://localhost:5173"
+    # -b: the prompt is evaluated in chunks of 16 tokens, each one report
+    reports = [d["prompt_progress"]["processed"] for d in sse_data(streamed.splitlines()) if "prompt_progress" in d]
+    assert total > 32 and reports == [*range(0, total, 16), total]
 
 
 @pytest.mark.parametrize("args, flag", [(["--temp", "3"], "--temp"), (["--n-predict", "0"], "--n-predict"),

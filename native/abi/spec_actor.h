@@ -36,6 +36,23 @@
  *    [3, stats:map, eog_token_id:int]    SA_EV_EOG    end-of-generation token (terminal;
  *                                        the EOG token itself is not emitted)
  *    [4, code:int, message:str]          SA_EV_ERROR  native failure (terminal)
+ *    [5, total:int, cache:int, processed:int, time_us:int]
+ *                                        SA_EV_PROGRESS  the prompt's evaluation so
+ *                                        far, only when the run asks for it
+ *                                        (sa_run_params.emit_progress): one
+ *                                        before any prompt token is evaluated
+ *                                        (processed == cache), then one per
+ *                                        prompt chunk decoded, the last with
+ *                                        processed == total (in the batch of
+ *                                        the first token when that token comes
+ *                                        from the prompt's last chunk). total:
+ *                                        the prompt's tokens; cache: those the
+ *                                        prefix cache kept; processed: those
+ *                                        the context holds (cache included,
+ *                                        and copies from another sequence);
+ *                                        time_us: the decode time of the
+ *                                        prompt's chunks so far (the stats'
+ *                                        t_prefill_us of this run)
  *  A cancelled run emits no terminal event; its status says SA_CANCELLED.
  *  stats map: the fields of sa_stats below, named and typed as there, except
  *  n_pos (the length of the two per-position arrays, which are cut to it)
@@ -53,7 +70,7 @@ extern "C" {
 #endif
 
 /* CDEF-BEGIN */
-#define SA_EVENT_SCHEMA_VERSION 3
+#define SA_EVENT_SCHEMA_VERSION 4
 #define SA_MAX_DRAFT_POS 64         /* length of the per-position stats arrays */
 #define SA_DEFAULT_CHECKPOINT_BYTES 268435456  /* default budget of a session's prefix checkpoints (256 MiB) */
 
@@ -77,7 +94,8 @@ typedef enum {
     SA_EV_STATS = 1,
     SA_EV_DONE = 2,
     SA_EV_EOG = 3,
-    SA_EV_ERROR = 4
+    SA_EV_ERROR = 4,
+    SA_EV_PROGRESS = 5
 } sa_event_kind;
 
 /* Speculative types, in llama.cpp's order and by llama.cpp's names. */
@@ -202,6 +220,7 @@ typedef struct {
     int32_t n_prompt;
     int32_t max_tokens;
     int32_t emit_stats_every;   /* 0: no periodic stats events */
+    int32_t emit_progress;      /* nonzero: SA_EV_PROGRESS events while the prompt is evaluated */
     sa_sampling_params sampling;
     /* 1: the token events' log-probabilities (n_logprobs) are those of the
      * distribution the sampler drew the token from, after its samplers and

@@ -37,6 +37,28 @@ void Sequence::emit_stats(int kind, llama_token eog_id) {
     events_.stats(kind, snap, eog_id);
 }
 
+void Sequence::note_progress() {
+    if (!p_.emit_progress) return;
+    // the context's tokens (the last prompt token joins once the prompt is in: it is decoded with the
+    // first token's step or row); a kept first token comes with the whole prompt
+    const int32_t processed = phase_ == Phase::Prefill ? std::max((int32_t) prompt_tgt_.size(), n_reused_)
+                                                       : p_.n_prompt;
+    if (processed == progress_sent_) return;
+    progress_sent_ = processed;
+    events_.progress(p_.n_prompt, n_reused_, processed, t_prefill_us_);
+}
+
+bool Sequence::flush_events() {
+    const int rc = events_.flush();
+    if (rc == SA_CB_PAUSE) {
+        slot_.pauses.fetch_add(1);
+    } else if (rc != 0) {
+        finish(SA_STOPPED);
+        return false;
+    }
+    return true;
+}
+
 void Sequence::start() {
     t_start_ = ggml_time_us();
     if (drafter_) drafter_->before_prompt();
@@ -98,7 +120,11 @@ bool Sequence::begin_step() {
     prof_.begin_step();
     step_ = StepPart{};
     if (ended_) return false;
-    if (phase_ == Phase::Start) start();
+    if (phase_ == Phase::Start) {
+        start();
+        note_progress();  // before any prompt token is evaluated
+        if (!flush_events()) return false;
+    }
     if (cancelled()) {
         finish(SA_CANCELLED);
         return false;
@@ -112,9 +138,12 @@ int32_t Sequence::plan(common_batch & batch, int32_t room, const std::vector<Seq
         // a chunk's decode is the prompt's alone: complete() begins decoding after the last one (decision 0050)
         if (!plan_prefill(batch, room, peers) || step_.i_chunk1 > step_.i_chunk0) return batch.size() - n0;
         begin_decoding();
+        note_progress();  // the prompt is in without a chunk of its own (kept, or copied from a peer)
         if (first_kept_ >= 0) {  // the same prompt as the previous run: its first token too
             take_first_token(std::exchange(first_kept_, -1), -1, 0);
             if (ended_ || slot_.pauses.load() > 0) return batch.size() - n0;
+        } else if (!flush_events() || slot_.pauses.load() > 0) {
+            return batch.size() - n0;
         }
     }
     if (prepare_verify(room - (batch.size() - n0))) add_verify(batch);
@@ -347,11 +376,13 @@ void Sequence::complete(const common_batch & batch, int64_t t_us, bool priced) {
     if (n_verify == 0 && feeds_draft_context() && !drafter_->process(batch)) return drafter_failed();
     if (n_chunk > 0) {  // a prompt chunk (its decode never holds this sequence's verification)
         stats_.add(&Counters::t_prefill_us, t_us);
+        t_prefill_us_ += t_us;
         const bool last_row = step_.i_first >= 0;  // the prompt's last token, whose row makes the first token
         // what a cancel keeps (the last token joins once its row is sampled)
         prompt_tgt_.insert(prompt_tgt_.end(), p_.prompt + step_.i_chunk0, p_.prompt + step_.i_chunk1 - (last_row ? 1 : 0));
         if (last_row) {
             begin_decoding();
+            note_progress();  // with the first token, in its batch
             const int64_t t0 = ggml_time_us();
             const llama_tokens ids = argmax_sample_and_accept_n(s_.ctx_tgt, {step_.i_first}, {});
             take_first_token(ids.empty() ? -1 : ids[0], step_.i_first, ggml_time_us() - t0);
@@ -359,6 +390,10 @@ void Sequence::complete(const common_batch & batch, int64_t t_us, bool priced) {
             const int32_t n = p_.n_prompt - 1;
             if (step_.i_chunk1 == n - (s_.ctx_dft ? 1 : 0)) prefix_.checkpoint(s_, step_.i_chunk1);
             if (step_.i_chunk1 == n) begin_decoding();
+        }
+        if (!last_row) {
+            note_progress();
+            if (!flush_events()) return;
         }
     }
     if (n_verify > 0) verified(batch, t_us, batch.size() - n_verify, priced);
@@ -490,13 +525,11 @@ void Sequence::deliver(int terminal, llama_token eog_id) {
     } else {
         stats_.set_elapsed(ggml_time_us(), t_decode_start_);
     }
-    const int rc = events_.flush();
-    if (terminal >= 0) return finish(SA_OK);
-    if (rc == SA_CB_PAUSE) {
-        slot_.pauses.fetch_add(1);
-    } else if (rc != 0) {
-        finish(SA_STOPPED);
+    if (terminal >= 0) {
+        events_.flush();
+        return finish(SA_OK);
     }
+    flush_events();
 }
 
 }  // namespace sa

@@ -153,6 +153,8 @@ private:
     int32_t next_stats_at_ = 0;
     bool fresh_ = false;  // keep nothing from earlier runs (forget() or memory 0)
     int32_t n_reused_ = 0;     // prompt tokens whose state the prefix cache kept
+    int64_t t_prefill_us_ = 0;      // the decode time of this run's prompt chunks
+    int32_t progress_sent_ = -1;    // the processed count of the last progress event; -1: none yet
     llama_tokens tail_;        // decoded past the terminal token (a stopped step's accepted drafts)
     llama_pos last_pos_ = -1;  // the last position the target decoded
     bool cut_ = false;         // a decode was cancelled midway: a recurrent state is not trusted
@@ -232,6 +234,12 @@ private:
     // After emit(): the context-full check, statistics, delivery, pause.
     void deliver(int terminal, llama_token eog_id);
     void emit_stats(int kind, llama_token eog_id = -1);
+    // A progress event (SA_EV_PROGRESS) into the step's batch, when the run
+    // asked for them and the prompt's processed count moved since the last one.
+    void note_progress();
+    // Hands the step's events over now; the reader may pause the sequence or
+    // stop the run (then it finishes: false).
+    bool flush_events();
     void end_with_error(int code, const std::string & msg);
     // Ends the request: keeps the prefix, closes the statistics.
     void finish(sa_status st);

@@ -34,6 +34,16 @@ void EventBatch::stats(int kind, const sa_stats & snapshot, llama_token eog_id) 
     ++n_events_;
 }
 
+void EventBatch::progress(int64_t total, int64_t cache, int64_t processed, int64_t time_us) {
+    body_.array(5);
+    body_.integer(SA_EV_PROGRESS);
+    body_.integer(total);
+    body_.integer(cache);
+    body_.integer(processed);
+    body_.integer(time_us);
+    ++n_events_;
+}
+
 void EventBatch::error(int code, const std::string & msg) {
     body_.array(3);
     body_.integer(SA_EV_ERROR);

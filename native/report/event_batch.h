@@ -24,6 +24,8 @@ public:
     void token(llama_token id, const SampledProbs & probs);
     // [kind, stats] for Stats and Done; [SA_EV_EOG, stats, eog_id] for Eog.
     void stats(int kind, const sa_stats & snapshot, llama_token eog_id = -1);
+    // [SA_EV_PROGRESS, total, cache, processed, time_us]: the prompt's evaluation so far.
+    void progress(int64_t total, int64_t cache, int64_t processed, int64_t time_us);
     // [SA_EV_ERROR, code, message].
     void error(int code, const std::string & msg);
 

@@ -53,6 +53,11 @@ def add_parser(sub: Subcommands) -> None:
                    help="context size of each actor in tokens (default: 4096)")
     p.add_argument("-t", "--threads", type=positive_int, metavar="N",
                    help="CPU threads of each actor (default: the CPUs, shared by the actors generating at once)")
+    p.add_argument("-b", "--batch-size", type=positive_int, metavar="N",
+                   help="most prompt tokens one engine step evaluates: a longer prompt goes in chunks of N, "
+                        "each a return_progress report (default: 2048)")
+    p.add_argument("-ub", "--ubatch-size", type=positive_int, metavar="N",
+                   help="physical batch of each decode, at most --batch-size (default: 512)")
     p.add_argument("--max-queue", type=positive_int, default=16, metavar="N",
                    help="requests that may wait per actor before the server answers 429 (default: 16)")
     p.add_argument("--max-body", type=positive_int, default=1 << 20, metavar="BYTES",
@@ -191,6 +196,9 @@ def run(args: argparse.Namespace) -> int:
     model = open_model(args, mtp=spec is not None and spec.is_mtp)
     api_key = args.api_key or _env_key()
     options = {"n_threads": args.threads} if args.threads else {}
+    for name, value in (("n_batch", args.batch_size), ("n_ubatch", args.ubatch_size)):
+        if value:
+            options[name] = value
     if not args.prefix_cache:
         options["prefix_cache"] = False
 

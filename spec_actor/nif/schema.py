@@ -18,6 +18,7 @@ __all__ = [
     "EV_DONE",
     "EV_EOG",
     "EV_ERROR",
+    "EV_PROGRESS",
     "EV_STATS",
     "EV_TOKEN",
     "MAX_DRAFT_POS",
@@ -40,6 +41,7 @@ EV_STATS: int = lib.SA_EV_STATS
 EV_DONE: int = lib.SA_EV_DONE
 EV_EOG: int = lib.SA_EV_EOG
 EV_ERROR: int = lib.SA_EV_ERROR
+EV_PROGRESS: int = lib.SA_EV_PROGRESS
 
 STATS_FIELDS: tuple[str, ...] = tuple(name for name, _ in ffi.typeof("sa_stats").fields)
 """The fields of the native ``sa_stats`` struct, in declaration order."""

@@ -88,7 +88,7 @@ def can_batch(model: Any, *, spec: Mapping[str, Any], draft_model: Any, n_batch:
 def run(handle: SessionHandle, tokens: list[int], *, max_tokens: int, emit_stats_every: int,
         sampling: Mapping[str, Any], on_batch: Callable[[bytes], Any], seq: int | None = None,
         logprobs: int | None = None, logprobs_after_sampling: bool = False, grammar_prefill: str = "",
-        logit_bias: Sequence[tuple[int, float]] = ()) -> int:
+        logit_bias: Sequence[tuple[int, float]] = (), prompt_progress: bool = False) -> int:
     """Run one generation, calling on_batch(msgpack bytes) once per loop step.
 
     ``sampling`` holds the ``sa_sampling_params`` fields by name (strings
@@ -99,7 +99,8 @@ def run(handle: SessionHandle, tokens: list[int], *, max_tokens: int, emit_stats
     from a worker thread. The request runs on sequence ``seq`` (None: 0, a
     one-sequence session's) with its own ``logprobs`` (read after the sampler
     with ``logprobs_after_sampling``) and ``grammar_prefill``;
-    ``logit_bias`` (token, bias) pairs fill the sampling's bias arrays.
+    ``logit_bias`` (token, bias) pairs fill the sampling's bias arrays;
+    ``prompt_progress`` asks for the prompt's progress events.
     """
     keepalive: list[Any] = []
     params = ffi.new("sa_run_params *")
@@ -109,6 +110,7 @@ def run(handle: SessionHandle, tokens: list[int], *, max_tokens: int, emit_stats
     params.max_tokens = max_tokens
     params.emit_stats_every = emit_stats_every
     params.logprobs_after_sampling = int(logprobs_after_sampling)
+    params.emit_progress = int(prompt_progress)
     fill(params.sampling, sampling, keepalive)
     _fill_logit_bias(params.sampling, logit_bias, keepalive)
     callback = _Callback(on_batch)

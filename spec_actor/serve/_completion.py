@@ -6,7 +6,10 @@ llama-server's: a whole object with
 ``content``, ``tokens``, ``stop``, ``stop_type``, ``timings``,
 ``generation_settings``, ``tokens_cached`` and ``completion_probabilities``;
 or a stream of one event per token and a last one with ``stop: true`` and
-the same fields, with no ``[DONE]``.
+the same fields, with no ``[DONE]``. With ``return_progress`` the stream
+reports the prompt's evaluation first (``prompt_progress``, one event before
+it starts and one per chunk the engine decodes); with ``timings_per_token``
+every event carries the ``timings`` so far.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from typing import Any
 
 import trio
 
-from .._events import Done, Eog, Token
+from .._events import Done, Eog, Progress, Token
 from ._errors import shutting_down
 from ._generation import Answer, Choice, choice_options
 from ._http import Exchange
@@ -24,7 +27,7 @@ from ._logprobs import native_probabilities
 from ._prepare import Prepared, prepare_body
 from ._settings import generation_settings
 from ._state import ServerState
-from ._timings import speculation_fields
+from ._timings import progress_timings, prompt_progress, speculation_fields, timings
 from ._work import in_worker, read_body
 
 __all__ = ["NativeAnswer", "completion", "native_answer"]
@@ -84,12 +87,28 @@ class NativeAnswer(Answer):
             if self.native.n_probs:
                 self.probs[i].append(ev)
             return
-        chunk = {"index": i, "content": ev.text, "tokens": [ev.id], "stop": False, "id_slot": -1,
-                 "tokens_predicted": choice.tokens, "tokens_evaluated": len(self._prompt_of(choice))}
+        chunk = self._chunk(choice, ev.text, [ev.id])
+        if self.native.timings_per_token:
+            chunk["timings"] = timings(choice.stats(), choice.tokens)
         if self.native.n_probs:
             chunk["completion_probabilities"] = native_probabilities([ev], self.state.pool.model.tokenizer,
                                                                      self.native.post_sampling_probs)
         await self.exchange.send_event(chunk)
+
+    async def _progress(self, choice: Choice, ev: Progress) -> None:
+        """llama-server's report of the prompt's evaluation: an event without text, with ``prompt_progress`` (and
+        the ``timings`` so far, with ``timings_per_token``). The first opens the stream."""
+        if not self.exchange.started:
+            await self._open_stream()
+        chunk = self._chunk(choice, "", [])
+        if self.native.timings_per_token:
+            chunk["timings"] = progress_timings(ev)
+        await self.exchange.send_event(chunk | {"prompt_progress": prompt_progress(ev)})
+
+    def _chunk(self, choice: Choice, text: str, ids: list[int]) -> dict[str, Any]:
+        """A streamed event of ``choice`` before its last: a piece of text and its token ids."""
+        return {"index": choice.index, "content": text, "tokens": ids, "stop": False, "id_slot": -1,
+                "tokens_predicted": choice.tokens, "tokens_evaluated": len(self._prompt_of(choice))}
 
     async def _close_choice(self, choice: Choice, extra: dict[str, Any] | None = None) -> None:
         """A streamed choice's last event: its whole answer's fields, with ``stop: true``."""
@@ -125,7 +144,8 @@ class NativeAnswer(Answer):
                                        stream=self.job.stream, n_probs=self.native.n_probs, stop=stop,
                                        speculative_type=self.state.pool.actors[0].spec.type,
                                        ignore_eos=self.native.ignore_eos,
-                                       post_sampling_probs=self.native.post_sampling_probs)
+                                       post_sampling_probs=self.native.post_sampling_probs,
+                                       timings_per_token=self.native.timings_per_token)
         answer = {
             "index": i,
             "content": "" if self.job.stream else "".join(choice.text),

@@ -25,7 +25,7 @@ import dataclasses
 import trio
 
 from .._errors import SpecActorError
-from .._events import Done, Eog, Error, Event, Token
+from .._events import Done, Eog, Error, Event, Progress, Token
 from .._sampling import LLAMA_DEFAULT_SEED, Sampling
 from .._stats import StatsSnapshot, sum_snapshots
 from .._tools import RenderedChat, ReplyDiffer, parse_reply
@@ -36,7 +36,7 @@ from ._prepare import Prepared
 from ._responses import Reply
 from ._logprobs import LogprobsShaper
 from ._state import Cancellation, ServerState
-from ._timings import speculation_fields
+from ._timings import prompt_progress, speculation_fields
 from ._tools import delta_json, tool_calls_json
 
 
@@ -243,6 +243,9 @@ class Answer:
             raise api_error_for(ev)
         if type(ev) is Token:
             await self._token(choice, ev)
+        elif type(ev) is Progress:
+            if self.job.stream:
+                await self._progress(choice, ev)
         elif type(ev) is Error:
             raise api_error_for(ev.exception())
         elif isinstance(ev, (Done, Eog)):
@@ -268,7 +271,7 @@ class Answer:
     async def _token(self, choice: Choice, ev: Token) -> None:
         if self.tokens == 0:
             self.state.metrics.ttft.observe(trio.current_time() - self.arrived_at)
-            if self.job.stream:
+            if self.job.stream and not self.exchange.started:  # (progress reports may have opened it)
                 await self._open_stream()
         self.tokens += 1
         choice.tokens += 1
@@ -295,6 +298,14 @@ class Answer:
             chunk = self.reply.piece("", choice.index)
             chunk["choices"][0]["delta"] = delta_json(delta)
             await self.exchange.send_event(choice.with_logprobs(chunk))
+
+    async def _progress(self, choice: Choice, ev: Progress) -> None:
+        """A streamed report of the prompt's evaluation (``return_progress``), as llama-server sends it: a chat's
+        assistant-role chunk, or an empty piece of text, with ``prompt_progress``. The first opens the stream."""
+        if not self.exchange.started:
+            await self.exchange.start_events()
+        chunk = self.reply.opening(choice.index) or self.reply.piece("", choice.index)
+        await self.exchange.send_event(chunk | {"prompt_progress": prompt_progress(ev)})
 
     async def _open_stream(self) -> None:
         await self.exchange.start_events()

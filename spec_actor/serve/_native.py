@@ -4,7 +4,8 @@ The body is llama-server's (its ``tools/server/README.md``): ``prompt`` as
 text, token ids, texts and ids mixed, or ``{"prompt_string": text}``;
 ``n_predict`` (-1: until the end of generation or of the context; alias
 ``max_tokens``), ``stream``, ``cache_prompt``, ``n_probs``,
-``return_tokens``, ``response_fields``, ``post_sampling_probs``, the samplers this server has, and
+``return_tokens``, ``response_fields``, ``post_sampling_probs``, ``timings_per_token``,
+``return_progress``, the samplers this server has, and
 ``grammar`` or ``json_schema``. Samplers this server does not have are
 accepted only at the values that turn them off (`_settings.OFF`); their
 tuning fields, inert then, are only type-checked. The prompt is tokenized
@@ -43,7 +44,7 @@ _INERT_NUMBERS = ("dynatemp_exponent", "xtc_threshold", "dry_base", "dry_allowed
                   "mirostat_tau", "mirostat_eta", "adaptive_decay", "n_keep", "n_discard", "min_keep",
                   "n_cache_reuse", "id_slot", "sse_ping_interval")
 # backend_sampling: where the sampler runs (a GPU's backend), not what it draws
-_INERT_FLAGS = ("cache_prompt", "timings_per_token", "return_progress", "verbose", "backend_sampling")
+_INERT_FLAGS = ("cache_prompt", "verbose", "backend_sampling")
 _NEUTRAL_SAMPLERS = ("penalties", "dry", "top_n_sigma", "typ_p", "xtc")
 _PROMPT_FIELD = "prompt_string"
 MAX_PROMPTS = 16
@@ -77,7 +78,8 @@ def parse_native(body: object, n_vocab: int, grammar_limits: GrammarLimits = Gra
     # an empty list asks for every field, as llama-server reads it
     native = NativeFields(n_predict, n_probs, return_tokens, tuple(fields) if fields else None,
                           ignore_eos=get_field(body, "ignore_eos", bool, default=False), prompts=tuple(prompts),
-                          post_sampling_probs=post_sampling)
+                          post_sampling_probs=post_sampling,
+                          timings_per_token=get_field(body, "timings_per_token", bool, default=False))
     return Job("native", get_field(body, "stream", bool, default=False), False,
                max_tokens=None if n_predict < 0 else n_predict, prompt=prompts[0], options=options, native=native,
                n=n)

@@ -63,6 +63,8 @@ class NativeFields:
     """Every prompt of the request (llama-server takes several); the job's ``prompt`` is the first."""
     post_sampling_probs: bool = False
     """Whether ``completion_probabilities`` are the sampler's (``prob``), not the raw logits' (``logprob``)."""
+    timings_per_token: bool = False
+    """Whether each streamed event carries the ``timings`` so far (``timings_per_token``), not only the last."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,7 +212,8 @@ def _max_tokens(body: dict[str, Any], names: tuple[str, ...], default: int | Non
 
 
 def request_options(body: dict[str, Any], grammar_limits: GrammarLimits) -> dict[str, Any]:
-    """``sampling`` and ``stop`` for ``stream_events``; ranges are checked by `Sampling`.
+    """``sampling``, ``stop`` and ``prompt_progress`` (llama-server's ``return_progress``, on a stream) for
+    ``stream_events``; ranges are checked by `Sampling`.
 
     Raises:
         ApiError: a 400 naming the field.
@@ -230,6 +233,8 @@ def request_options(body: dict[str, Any], grammar_limits: GrammarLimits) -> dict
     if grammar is not None:
         options["grammar"] = grammar
     options = {"sampling": _sampling(options, grammar_limits)}
+    if get_field(body, "return_progress", bool, default=False) and get_field(body, "stream", bool, default=False):
+        options["prompt_progress"] = True  # llama-server's: the stream reports the prompt's evaluation
     stop = body.get("stop")
     if stop is not None:
         items = [stop] if isinstance(stop, str) else stop

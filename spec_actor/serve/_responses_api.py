@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import trio
 
-from .._events import Token
+from .._events import Progress, Token
 from .._tools import ReplyDelta, new_call_id, parse_reply
 from ._errors import shutting_down
 from ._generation import Answer, Choice
@@ -25,7 +25,7 @@ from ._prepare import Prepared
 from ._responses_input import ResponsesRequest, count_responses_tokens, prepare_responses
 from ._responses_output import Event, ResponseBuilder, response_usage
 from ._state import ServerState
-from ._timings import prompt_progress, speculation_fields, timings
+from ._timings import progress_timings, prompt_progress, speculation_fields, timings
 from ._work import answer_in_worker, in_worker, read_body
 
 __all__ = ["ResponsesAnswer", "input_tokens", "responses"]
@@ -88,12 +88,22 @@ class ResponsesAnswer(Answer):
         return self.builder.arguments(delta.index, delta.arguments)
 
     async def _open_stream(self) -> None:
+        await self._send(await self._start())
+
+    async def _start(self) -> list[Event]:
+        """Start the event stream; its opening events, to send."""
         await self.exchange.start_events()
         self.exchange.error_body = self.builder.error_event  # an error now ends the stream as an event
-        opening = self.builder.opening()
-        if self.request.return_progress:  # the stream opens at the first token: the prompt is evaluated
-            opening[-1]["prompt_progress"] = prompt_progress(self.choices[0].stats())
-        await self._send(opening)
+        return self.builder.opening()
+
+    async def _progress(self, choice: Choice, ev: Progress) -> None:
+        """llama-server's report of the prompt's evaluation: ``prompt_progress`` (and the ``timings`` so far, with
+        ``timings_per_token``) on a ``response.in_progress`` event, the first on the opening's."""
+        events = [self.builder.in_progress()] if self.exchange.started else await self._start()
+        events[-1]["prompt_progress"] = prompt_progress(ev)
+        if self.request.timings_per_token:
+            events[-1]["timings"] = progress_timings(ev)
+        await self._send(events)
 
     async def _send(self, events: list[Event]) -> None:
         for event in events:

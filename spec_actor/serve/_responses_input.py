@@ -50,7 +50,7 @@ _TEXT_PARTS = {"input_text": "text", "output_text": "text", "refusal": "refusal"
 """Content parts that carry text -> the key that holds it."""
 
 _PASSED = ("model", "user", "stream", "temperature", "top_p", "parallel_tool_calls", "top_k", "min_p", "seed",
-           "presence_penalty", "frequency_penalty", "repeat_penalty", "repeat_last_n")
+           "presence_penalty", "frequency_penalty", "repeat_penalty", "repeat_last_n", "return_progress")
 """Fields that mean the same in a chat completion body (OpenAI's, then llama-server's extensions)."""
 
 _NOT_KEPT = "this server keeps no responses or conversations; send the whole conversation in input"
@@ -70,8 +70,6 @@ class ResponsesRequest:
     """The request's settings as the response object shows them (``instructions``, ``tools``, ``text``, ...)."""
     timings_per_token: bool = False
     """llama-server's extension: each streamed delta carries the ``timings`` so far."""
-    return_progress: bool = False
-    """llama-server's extension: a stream's ``response.in_progress`` carries the ``prompt_progress``."""
 
 
 def to_chat(body: object) -> ResponsesRequest:
@@ -108,8 +106,7 @@ def to_chat(body: object) -> ResponsesRequest:
             "text": {"format": text.get("format") or {"type": "text"}},
             "tool_choice": body.get("tool_choice") or "auto", "tools": body.get("tools") or [],
             "top_p": body.get("top_p"), "truncation": "disabled"}
-    return ResponsesRequest(chat, echo, get_field(body, "timings_per_token", bool, default=False),
-                            get_field(body, "return_progress", bool, default=False))
+    return ResponsesRequest(chat, echo, get_field(body, "timings_per_token", bool, default=False))
 
 
 def prepare_responses(data: bytes, model: Model, n_ctx: int, limits: ServeLimits,

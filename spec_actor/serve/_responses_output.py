@@ -62,9 +62,11 @@ class ResponseBuilder:
 
     def opening(self) -> list[Event]:
         """A stream's first events: ``response.created`` and ``response.in_progress``."""
-        response = self.response("in_progress")
-        return [self._event("response.created", response=response),
-                self._event("response.in_progress", response=response)]
+        return [self._event("response.created", response=self.response("in_progress")), self.in_progress()]
+
+    def in_progress(self) -> Event:
+        """A ``response.in_progress`` event: the response is being made (a report of the prompt's evaluation)."""
+        return self._event("response.in_progress", response=self.response("in_progress"))
 
     def text(self, delta: str) -> list[Event]:
         """Text of the reply: a message item is opened first if none is."""

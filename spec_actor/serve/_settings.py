@@ -25,8 +25,7 @@ OFF = {"dynatemp_range": 0.0, "dynatemp_exponent": 1.0, "top_n_sigma": -1.0, "xt
        "adaptive_decay": 0.9, "dry_sequence_breakers": ["\n", ":", "\"", "*"], "n_keep": 0,
        "n_discard": 0, "min_keep": 0, "grammar_lazy": False,
        "grammar_triggers": [], "preserved_tokens": [], "chat_format": "Content-only", "reasoning_format": "none",
-       "reasoning_in_content": False, "generation_prompt": "", "timings_per_token": False,
-       "backend_sampling": False}
+       "reasoning_in_content": False, "generation_prompt": "", "backend_sampling": False}
 """llama-server's fields of samplers and options this server does not have, at the values that turn them off.
 
 The chat fields (``chat_format`` ... ``generation_prompt``) are those of a
@@ -35,7 +34,8 @@ plain completion: text as it comes, no reasoning taken out of it."""
 
 def generation_settings(sampling: Sampling, *, n_predict: int = -1, stream: bool = False, n_probs: int = 0,
                         stop: list[str] | None = None, speculative_type: str = "none",
-                        ignore_eos: bool = False, post_sampling_probs: bool = False) -> dict[str, Any]:
+                        ignore_eos: bool = False, post_sampling_probs: bool = False,
+                        timings_per_token: bool = False) -> dict[str, Any]:
     """The ``generation_settings`` of a request run with ``sampling`` (``n_predict`` -1: no limit).
 
     ``logit_bias`` lists the sampling's biases as llama-server does,
@@ -59,6 +59,7 @@ def generation_settings(sampling: Sampling, *, n_predict: int = -1, stream: bool
         "max_tokens": n_predict,
         "n_predict": n_predict,
         "stream": stream,
+        "timings_per_token": timings_per_token,
         "n_probs": n_probs,
         "stop": list(stop or ()),
         "grammar": sampling.grammar or "",

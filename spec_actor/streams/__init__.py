@@ -1,7 +1,7 @@
 """Async streams of one generation request over a bounded trio memory channel.
 
-`EventStream` yields `Token`, `Stats` and one terminal event; `TextStream`
-yields text pieces. `StreamSource` is the request API (``stream_events``,
+`EventStream` yields `Token`, `Stats` (`Progress` when asked) and one
+terminal event; `TextStream` yields text pieces. `StreamSource` is the request API (``stream_events``,
 ``stream``, ``generate``) that actors and pools share.
 """
 

@@ -21,7 +21,7 @@ __all__ = ["EventStream"]
 
 @final
 class EventStream:
-    """The events of one generation request: `Token`, `Stats`, then one terminal.
+    """The events of one generation request: `Token`, `Stats` (`Progress`, when asked), then one terminal.
 
     Made by ``actor.stream_events(prompt, **options)`` (or a pool's). Use it
     as ``async with actor.stream_events(...) as events: async for ev in

@@ -78,6 +78,10 @@ class StreamSource(RequestQueue):
                 top-p, min-p, the grammar; a greedy pick has probability
                 1), listing only tokens it could draw, rather than the
                 target's raw logits' (default False).
+            prompt_progress (bool): `Progress` events while the prompt is
+                evaluated: one before it starts, one per prompt chunk the
+                engine decodes, the last (``processed == total``) before
+                the first `Token`; False (default) for none.
             sampling (Sampling), or sampler options: temp, top_k, top_p,
                 min_p, seed, penalty_last_n, repeat_penalty,
                 frequency_penalty, presence_penalty, grammar, grammar_root;
