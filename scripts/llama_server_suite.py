@@ -103,7 +103,7 @@ def spec_actor_args(pairs: list[tuple[str, str | None]], scratch: Path) -> list[
                         ("--api-key", ("--api-key",)), ("--cors-origins", ("--cors-origins",)),
                         ("--chat-template", ("--chat-template-file",)), ("--temp", ("--temp",)),
                         ("--seed", ("--seed",)), ("--n-predict", ("--n-predict",)), ("--model-tags", ("--tags",)),
-                        ("--reasoning", ("--reasoning",))):
+                        ("--reasoning", ("--reasoning",)), ("--sleep-idle-seconds", ("--sleep-idle-seconds",))):
         for name in names:
             if flags.get(name):
                 out += [ours, str(flags[name])]
