@@ -165,8 +165,9 @@ async def open_server(model: Model, *, host: str | Sequence[str] = "127.0.0.1", 
     clients behave.
     """
     check_int("max_body", max_body, 1024, hint="leave room for a request's JSON")
-    if sleep_idle_seconds is not None and not (isinstance(sleep_idle_seconds, (int, float))
-                                               and 0 < sleep_idle_seconds < float("inf")):
+    if sleep_idle_seconds is not None and (isinstance(sleep_idle_seconds, bool)
+                                           or not isinstance(sleep_idle_seconds, (int, float))
+                                           or not 0 < sleep_idle_seconds < float("inf")):
         raise ConfigError(f"sleep_idle_seconds={sleep_idle_seconds!r} is invalid: expected seconds > 0, or None")
     limits = ServeLimits() if limits is None else limits
     if not isinstance(limits, ServeLimits):
@@ -192,26 +193,36 @@ async def open_server(model: Model, *, host: str | Sequence[str] = "127.0.0.1", 
             async with trio.open_nursery() as owner:
                 # The keeper's task owns the pool: it opens it here, and closes it after the listener stops.
                 await owner.start(keeper.run)
+                stopping = trio.Event()
                 try:
-                    state = ServerState(keeper=keeper, model_name=name,
+                    state = ServerState(keeper=keeper, model_name=name, stopping=stopping,
                                         metrics=ServerMetrics(keeper.reading, name, vllm_names=vllm_metric_names),
                                         api_key=api_key, max_body=max_body, limits=limits, chat_template=chat_template,
                                         defaults=defaults or RequestDefaults(), model_aliases=aliases,
                                         model_tags=tags, endpoints=Endpoints(metrics=metrics_endpoint, slots=slots_endpoint))
                     state.props = props_body(state)
+                    owner.start_soon(_refuse_wakes_when_stopping, stopping, keeper)
                     url = _url(socks[0])
-                    async with trio.open_nursery() as nursery:
-                        # The listener owns the socket from here: when it stops listening (at
-                        # shutdown), the socket closes and new connections are refused.
-                        await nursery.start(functools.partial(
-                            state.connections.serve, App(state, cors_origins=origins, vertex=vertex), _config(), socks,
-                            state.stopping, limits.shutdown_timeout))
-                        try:
-                            yield Server(state, url)
-                        finally:
-                            state.stopping.set()
+                    with unwrap_groups():  # this nursery's group, then the owner's below
+                        async with trio.open_nursery() as nursery:
+                            # The listener owns the socket from here: when it stops listening (at
+                            # shutdown), the socket closes and new connections are refused.
+                            await nursery.start(functools.partial(
+                                state.connections.serve, App(state, cors_origins=origins, vertex=vertex), _config(), socks,
+                                state.stopping, limits.shutdown_timeout))
+                            try:
+                                yield Server(state, url)
+                            finally:
+                                state.stopping.set()
                 finally:
+                    stopping.set()
                     keeper.close()
+
+
+async def _refuse_wakes_when_stopping(stopping: trio.Event, keeper: PoolKeeper) -> None:
+    """Requests waiting for a sleeping server to wake get a 503 as soon as it starts stopping."""
+    await stopping.wait()
+    keeper.refuse_wakes()
 
 
 def _hosts(host: str | Sequence[str]) -> tuple[str, ...]:

@@ -61,8 +61,10 @@ class PoolKeeper:
         """Seconds without work before the pool closes; None: never."""
         self._pool: ActorPool | None = None
         self._users = 0
+        self._waiting = 0
         self._last_used = 0.0
         self._closing = False
+        self._refusing = False  # the server is stopping: no more wakes
         self._kick = trio.Event()  # set to wake the pool, or to close it
         self._poke = trio.Event()  # set when the last request leaves the pool, or to close it
         self._wake = _Wake()
@@ -84,6 +86,11 @@ class PoolKeeper:
             raise RuntimeError("the server's pool is asleep: wake it with PoolKeeper.awake() first")
         return self._pool
 
+    @property
+    def waiting(self) -> int:
+        """Requests waiting for the pool to wake."""
+        return self._waiting
+
     def reading(self) -> PoolReading:
         """The pool's figures now, or while asleep the ones taken as it fell asleep (``GET /metrics``)."""
         if self._pool is None:
@@ -103,11 +110,15 @@ class PoolKeeper:
         leaves it running for the others.
         """
         while self._pool is None:
-            if self._closing:
+            if self._refusing:
                 raise shutting_down()
             wake = self._wake
             self._kick.set()
-            await wake.done.wait()
+            self._waiting += 1
+            try:
+                await wake.done.wait()
+            finally:
+                self._waiting -= 1
             if wake.error is not None:
                 raise ApiError(503, f"the model could not be loaded again after sleeping: {wake.error}",
                                type="unavailable_error", code="model_reload_failed")
@@ -119,12 +130,17 @@ class PoolKeeper:
             self._last_used = trio.current_time()
             self._poke.set()  # the idle countdown starts again from now
 
+    def refuse_wakes(self) -> None:
+        """Answer the requests waiting for a wake, and any later one, with a 503: the server is stopping."""
+        self._refusing = True
+        self._wake.done.set()
+
     def close(self) -> None:
-        """Make `run` close the pool and return (idempotent); requests waiting for a wake get a 503."""
+        """Make `run` close the pool and return (idempotent); no request wakes it any more."""
+        self.refuse_wakes()
         self._closing = True
         self._kick.set()
         self._poke.set()
-        self._wake.done.set()
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Open the pool, report started, then sleep and wake it as the work asks, until `close`.
@@ -187,9 +203,14 @@ class PoolKeeper:
                 await self._poke.wait()
 
     def _fall_asleep(self, pool: ActorPool) -> None:
-        """Take the last reading and hide the pool: from here requests wait for the next wake."""
-        self._reading = PoolReading.of(pool, self._reading)
-        self._pool = None
+        """Take the last reading and hide the pool: from here requests wait for the next wake.
+
+        At `close` the pool stays visible (closed, for `Server.pool`) and no reading is taken: the server
+        may be unwinding an error that closed the actors.
+        """
+        if not self._closing:
+            self._reading = PoolReading.of(pool, self._reading)
+            self._pool = None
 
     def _close_model(self) -> None:
         """Drop the model when the keeper can load it again: its weights go with the pool."""
