@@ -13,6 +13,7 @@ import os
 import subprocess
 import threading
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import httpx
@@ -58,6 +59,27 @@ class Loader:
 async def asleep(server: Server) -> None:
     """Wait (with a deadline) until the server sleeps."""
     await wait_for(lambda: server.sleeping)
+
+
+async def wake_held(server: Server, client: httpx.AsyncClient, loader: Loader, n: int,
+                    meanwhile: Callable[[list[httpx.Response]], Awaitable[object]]
+                    ) -> tuple[list[httpx.Response], object]:
+    """Send ``n`` completions to the sleeping server while ``loader`` holds the load; once all ``n`` wait on
+    it, run ``meanwhile(answers so far)``, then let the load go. Returns the answers and what ``meanwhile``
+    returned."""
+    loader.hold()
+    answers: list[httpx.Response] = []
+
+    async def ask() -> None:
+        answers.append(await client.post("/completion", json=COMPLETION))
+
+    async with trio.open_nursery() as nursery:
+        for _ in range(n):
+            nursery.start_soon(ask)
+        await wait_for(lambda: server.state.keeper.waiting == n)
+        result = await meanwhile(answers)
+        loader.release()
+    return answers, result
 
 
 async def test_idle_server_sleeps_and_read_only_routes_answer_without_waking_it():
@@ -107,19 +129,9 @@ async def test_concurrent_requests_wake_it_with_one_load(gemma):
     loader = Loader()
     async with serving(load_model(), sleep_idle_seconds=IDLE, reload=loader) as server, http(server) as client:
         await asleep(server)
-        loader.hold()
-        answers: list[httpx.Response] = []
-
-        async def ask() -> None:
-            answers.append(await client.post("/completion", json=COMPLETION))
-
-        async with trio.open_nursery() as nursery:
-            for _ in range(4):
-                nursery.start_soon(ask)
-            await wait_for(lambda: server.state.keeper.waiting == 4)  # all four wait on the one load
-            health = await client.get("/health")  # the load runs in a thread: the server answers meanwhile
-            loader.release()
-    assert health.status_code == 200
+        # all four wait on the one load, which runs in a thread: the server answers /health meanwhile
+        answers, health = await wake_held(server, client, loader, 4, lambda _: client.get("/health"))
+    assert isinstance(health, httpx.Response) and health.status_code == 200
     assert loader.loads == 1
     assert [r.status_code for r in answers] == [200] * 4
     assert [r.json()["content"] for r in answers] == [expected] * 4
@@ -161,17 +173,13 @@ async def test_closing_while_asleep_or_while_waking_leaks_no_threads_or_fds():
         loader = Loader()
         async with serving(load_model(), sleep_idle_seconds=IDLE, reload=loader) as server, http(server) as client:
             await asleep(server)
-            loader.hold()
-            answers: list[httpx.Response] = []
 
-            async def ask() -> None:
-                answers.append(await client.post("/completion", json=COMPLETION))
-
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(ask)
-                await wait_for(lambda: server.state.keeper.waiting == 1)
+            async def stop(answers: list[httpx.Response]) -> None:
                 server.stop()
-            loader.release()  # the load runs on; the server closes what it loaded
+                await wait_for(lambda: len(answers) == 1)  # the waiting request's answer, before the load ends
+
+            answers, _ = await wake_held(server, client, loader, 1, stop)
+            # then the load runs on, and the server closes what it loaded
         assert error_of(answers[0], 503)["code"] == "shutting_down"
         assert loader.loads == 1
     # trio keeps idle worker threads cached for a while (they exit after 10 s idle)
