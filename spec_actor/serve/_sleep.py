@@ -148,35 +148,35 @@ class PoolKeeper:
         Raises:
             The first opening's errors (before it reports started); later loads' errors go to the requests.
         """
-        model = self._model
-        assert model is not None
-        async with self._open(model) as pool:
-            self._serve(pool)
-            task_status.started()
-            await self._until_idle()
-            self._fall_asleep(pool)
+        started = False
         while True:
+            wake = self._wake
+            try:
+                if self._model is None:  # in a thread: /health and the other read-only routes answer meanwhile
+                    self._model = await trio.to_thread.run_sync(self._load)
+                async with self._open(self._model) as pool:
+                    self._serve(pool)
+                    wake.done.set()
+                    if not started:
+                        task_status.started()
+                        started = True
+                    await self._until_idle()
+                    self._fall_asleep(pool)
+            except Exception as exc:
+                if not started:
+                    raise
+                # a failed load is the waiting requests' 503; they have their answer, so no retry for them
+                wake.error = str(exc) or type(exc).__name__
+                wake.done.set()
+                if not self._closing:
+                    self._pool = None
+                    self._kick = trio.Event()
+            self._wake = _Wake()
             self._close_model()
             await self._kick.wait()
             if self._closing:
                 return
             self._kick = trio.Event()
-            wake = self._wake
-            try:
-                # In a thread: /health and the other routes that do not wake answer meanwhile.
-                model = self._model if self._model is not None else await trio.to_thread.run_sync(self._load)
-                self._model = model
-                async with self._open(model) as pool:
-                    self._serve(pool)
-                    wake.done.set()
-                    await self._until_idle()
-                    self._fall_asleep(pool)
-            except Exception as exc:  # any load failure is the waiting requests' 503
-                wake.error = str(exc) or type(exc).__name__
-                wake.done.set()
-                if not self._closing:
-                    self._kick = trio.Event()  # the waiters of this attempt have their answer: no retry for them
-            self._wake = _Wake()
 
     def _load(self) -> Model:
         assert self._reload is not None
