@@ -162,7 +162,8 @@ async def open_server(model: Model, *, host: str | Sequence[str] = "127.0.0.1", 
     **Cancellation**: leaving the block stops the server as `Server.stop`
     describes, then closes the pool, which stops every native loop. It
     returns within ``limits.shutdown_timeout`` (and a loop step) however the
-    clients behave.
+    clients behave; when a wake from sleep is loading the model, also after
+    that load (a worker thread) ends.
     """
     check_int("max_body", max_body, 1024, hint="leave room for a request's JSON")
     if sleep_idle_seconds is not None and (isinstance(sleep_idle_seconds, bool)
@@ -199,7 +200,8 @@ async def open_server(model: Model, *, host: str | Sequence[str] = "127.0.0.1", 
                                         metrics=ServerMetrics(keeper.reading, name, vllm_names=vllm_metric_names),
                                         api_key=api_key, max_body=max_body, limits=limits, chat_template=chat_template,
                                         defaults=defaults or RequestDefaults(), model_aliases=aliases,
-                                        model_tags=tags, endpoints=Endpoints(metrics=metrics_endpoint, slots=slots_endpoint))
+                                        model_tags=tags,
+                                        endpoints=Endpoints(metrics=metrics_endpoint, slots=slots_endpoint))
                     state.props = props_body(state)
                     owner.start_soon(_refuse_wakes_when_stopping, stopping, keeper)
                     url = _url(socks[0])
@@ -208,8 +210,8 @@ async def open_server(model: Model, *, host: str | Sequence[str] = "127.0.0.1", 
                             # The listener owns the socket from here: when it stops listening (at
                             # shutdown), the socket closes and new connections are refused.
                             await nursery.start(functools.partial(
-                                state.connections.serve, App(state, cors_origins=origins, vertex=vertex), _config(), socks,
-                                state.stopping, limits.shutdown_timeout))
+                                state.connections.serve, App(state, cors_origins=origins, vertex=vertex), _config(),
+                                socks, state.stopping, limits.shutdown_timeout))
                             try:
                                 yield Server(state, url)
                             finally:
