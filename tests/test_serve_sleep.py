@@ -129,9 +129,9 @@ async def test_concurrent_requests_wake_it_with_one_load(gemma):
     loader = Loader()
     async with serving(load_model(), sleep_idle_seconds=IDLE, reload=loader) as server, http(server) as client:
         await asleep(server)
-        # all four wait on the one load, which runs in a thread: the server answers /health meanwhile
-        answers, health = await wake_held(server, client, loader, 4, lambda _: client.get("/health"))
-    assert isinstance(health, httpx.Response) and health.status_code == 200
+        # all four wait on the one load, which runs in a thread: the server answers meanwhile, and counts them
+        answers, waiting = await wake_held(server, client, loader, 4, lambda _: metrics(client))
+    assert isinstance(waiting, dict) and metric(waiting, "num_requests_waiting") == 4
     assert loader.loads == 1
     assert [r.status_code for r in answers] == [200] * 4
     assert [r.json()["content"] for r in answers] == [expected] * 4

@@ -11,6 +11,7 @@ meanwhile does, and one load serves them all. ``/health``, ``/props``,
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import final
@@ -92,10 +93,11 @@ class PoolKeeper:
         return self._waiting
 
     def reading(self) -> PoolReading:
-        """The pool's figures now, or while asleep the ones taken as it fell asleep (``GET /metrics``)."""
+        """The pool's figures now, or while asleep the ones taken as it fell asleep (``GET /metrics``), the
+        requests waiting for the wake counted as queued."""
         if self._pool is None:
             assert self._reading is not None, "run() opens the pool before the server answers"
-            return self._reading
+            return dataclasses.replace(self._reading, queued=self._reading.queued + self._waiting)
         return PoolReading.of(self._pool, self._reading)
 
     @asynccontextmanager
