@@ -104,7 +104,8 @@ def spec_actor_args(pairs: list[tuple[str, str | None]], scratch: Path) -> list[
                         ("--chat-template", ("--chat-template-file",)), ("--temp", ("--temp",)),
                         ("--seed", ("--seed",)), ("--n-predict", ("--n-predict",)), ("--model-tags", ("--tags",)),
                         ("--reasoning", ("--reasoning",)), ("--batch-size", ("--batch-size", "-b")),
-                        ("--ubatch-size", ("--ubatch-size", "-ub"))):
+                        ("--ubatch-size", ("--ubatch-size", "-ub")),
+                        ("--sleep-idle-seconds", ("--sleep-idle-seconds",))):
         for name in names:
             if flags.get(name):
                 out += [ours, str(flags[name])]

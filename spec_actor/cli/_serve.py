@@ -103,6 +103,11 @@ def add_parser(sub: Subcommands) -> None:
                    help="also export the inference gateway's gauges in /metrics under vLLM's names "
                         "(vllm:num_requests_waiting, vllm:num_requests_running, vllm:kv_cache_usage_perc), "
                         "which a Gateway API Inference Extension endpoint picker reads by default")
+    p.add_argument("--sleep-idle-seconds", type=float, default=-1, metavar="S",
+                   help="after S seconds without a request that needs the model, free the model and its contexts; "
+                        "the next such request loads it again and waits for it, while /health, /props (its "
+                        "is_sleeping), /models and /metrics answer without waking it (default: -1, never; as "
+                        "llama-server's)")
     add_limit_options(p)
     p.set_defaults(handler=run)
 
@@ -193,7 +198,9 @@ def run(args: argparse.Namespace) -> int:
     template = _chat_template(args.chat_template)
     vertex = _vertex()
     port = vertex.port if vertex is not None and vertex.port is not None else args.port
-    model = open_model(args, mtp=spec is not None and spec.is_mtp)
+    sleep = _sleep_seconds(args.sleep_idle_seconds)
+    mtp = spec is not None and spec.is_mtp
+    model = open_model(args, mtp=mtp)
     api_key = args.api_key or _env_key()
     options = {"n_threads": args.threads} if args.threads else {}
     for name, value in (("n_batch", args.batch_size), ("n_ubatch", args.ubatch_size)):
@@ -208,7 +215,8 @@ def run(args: argparse.Namespace) -> int:
                                model_name=names[0] if names else None, model_aliases=names[1:], model_tags=tags,
                                limits=limits, chat_template=template, cors_origins=origins, defaults=defaults,
                                metrics_endpoint=args.metrics, slots_endpoint=args.slots,
-                               vllm_metric_names=args.metrics_vllm_names, vertex=vertex, **options) as server:
+                               vllm_metric_names=args.metrics_vllm_names, vertex=vertex, sleep_idle_seconds=sleep,
+                               reload=lambda: open_model(args, mtp=mtp), **options) as server:
             with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
                 print(f"spec-actor: serving {server.state.model_name} on {server.url} "
                       f"(spec {server.pool.actors[0].spec.type}, pool {args.pool}, n_ctx {args.n_ctx}); "
@@ -224,6 +232,20 @@ def run(args: argparse.Namespace) -> int:
         return trio.run(serve)
     except OSError as exc:
         raise CliError(f"cannot serve on {args.host}:{port}: {exc.strerror or exc}") from None
+
+
+def _sleep_seconds(seconds: float) -> float | None:
+    """The --sleep-idle-seconds: None for -1 (never), else seconds > 0.
+
+    Raises:
+        CliError: 0, below -1, or not finite.
+    """
+    if seconds == -1:
+        return None
+    if not 0 < seconds < float("inf"):
+        raise CliError(f"argument --sleep-idle-seconds: invalid value {seconds!r}: expected seconds > 0, "
+                       "or -1 for never", exit_code=2)
+    return seconds
 
 
 def _spec(args: argparse.Namespace) -> Spec | None:

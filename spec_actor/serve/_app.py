@@ -35,12 +35,14 @@ Handler = Callable[[Exchange, ServerState], Awaitable[None]]
 
 @dataclass(frozen=True, slots=True)
 class RouteSpec:
-    """One route: its method and path, its handler, and whether it needs the API key."""
+    """One route: its method and path, its handler, whether it needs the API key and whether it wakes the server."""
 
     method: str
     path: str
     handler: Handler
     needs_key: bool = True
+    wakes: bool = True
+    """Whether the handler needs the model: it wakes a sleeping server (`PoolKeeper.awake`) and keeps it awake."""
     setup: Callable[[Exchange], None] | None = None
     """Adapts the exchange to the route's API before anything is sent (Anthropic's error shape); None: OpenAI's."""
 
@@ -54,8 +56,8 @@ ROUTES: tuple[RouteSpec, ...] = (
     RouteSpec("POST", "/responses", _responses_api.responses),
     RouteSpec("POST", "/v1/responses/input_tokens", _responses_api.input_tokens),
     RouteSpec("POST", "/responses/input_tokens", _responses_api.input_tokens),
-    RouteSpec("GET", "/v1/models", _openai.models),
-    RouteSpec("GET", "/models", _openai.models),
+    RouteSpec("GET", "/v1/models", _openai.models, wakes=False),
+    RouteSpec("GET", "/models", _openai.models, wakes=False),
     # Anthropic's Messages API, on the chat completions' path
     RouteSpec("POST", "/v1/messages", _anthropic.messages, setup=_anthropic.speak_anthropic),
     RouteSpec("POST", "/v1/messages/count_tokens", _anthropic.count_tokens, setup=_anthropic.speak_anthropic),
@@ -68,12 +70,12 @@ ROUTES: tuple[RouteSpec, ...] = (
     RouteSpec("POST", "/apply-template", _llama.apply_template),
     RouteSpec("POST", "/chat/completions/input_tokens", _llama.input_tokens),
     RouteSpec("POST", "/v1/chat/completions/input_tokens", _llama.input_tokens),
-    RouteSpec("GET", "/props", _llama.props),
+    RouteSpec("GET", "/props", _llama.props, wakes=False),
     RouteSpec("GET", "/slots", _llama.slots),
-    # open without the key
-    RouteSpec("GET", "/health", _ops.health, needs_key=False),
-    RouteSpec("GET", "/v1/health", _ops.health, needs_key=False),
-    RouteSpec("GET", "/metrics", _ops.metrics, needs_key=False),
+    # open without the key; these and the model list answer a sleeping server without waking it
+    RouteSpec("GET", "/health", _ops.health, needs_key=False, wakes=False),
+    RouteSpec("GET", "/v1/health", _ops.health, needs_key=False, wakes=False),
+    RouteSpec("GET", "/metrics", _ops.metrics, needs_key=False, wakes=False),
 )
 """Every route the server has, in the order the 404 message lists them (docs/server-compatibility.md)."""
 
@@ -125,9 +127,11 @@ def _vertex_routes(app: App, routes: Sequence[RouteSpec], vertex: _vertex.Vertex
             raise ConfigError(f"the Vertex AI route {path} (AIP_PREDICT_ROUTE or AIP_HEALTH_ROUTE) is already one "
                               "of this server's routes; choose another path")
     dispatch = _vertex.Dispatch(app, [(r.method, r.path) for r in routes], exclude=vertex.predict)
-    out = [RouteSpec("POST", vertex.predict, lambda exchange, state: _vertex.predict(exchange, state, dispatch))]
+    # The instances' own routes wake the server as they need.
+    out = [RouteSpec("POST", vertex.predict, lambda exchange, state: _vertex.predict(exchange, state, dispatch),
+                     wakes=False)]
     if vertex.health is not None:
-        out.append(RouteSpec("GET", vertex.health, _ops.health, needs_key=False))
+        out.append(RouteSpec("GET", vertex.health, _ops.health, needs_key=False, wakes=False))
     return out
 
 
@@ -142,7 +146,8 @@ def _routes_of(app: Starlette) -> list[tuple[str, str]]:
 
 
 class _Endpoint:
-    """A route's ASGI app: the route's setup, the API key, then the handler on an `Exchange`.
+    """A route's ASGI app: the route's setup, the API key, then the handler on an `Exchange`, the server
+    woken first when the route needs the model.
 
     The handler's `ApiError` (or the library's error) becomes the response,
     or a stream's last event when the response has started.
@@ -159,7 +164,11 @@ class _Endpoint:
         try:
             if self.route.needs_key:
                 check_key(exchange, self.state.api_key)
-            await self.route.handler(exchange, self.state)
+            if self.route.wakes:
+                async with self.state.keeper.awake():
+                    await self.route.handler(exchange, self.state)
+            else:
+                await self.route.handler(exchange, self.state)
         except HungUp:
             return
         except ApiError as error:

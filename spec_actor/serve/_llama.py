@@ -3,8 +3,9 @@
 ``POST /tokenize``, ``/detokenize``, ``/apply-template`` and
 ``/chat/completions/input_tokens`` answer as llama-server does (its
 ``tools/server/README.md`` and ``server-context.cpp``); their work runs in a
-worker thread (`in_worker`). ``GET /props`` and ``GET /slots`` read the pool
-and its lock-free statistics on the event loop.
+worker thread (`in_worker`). ``GET /slots`` reads the pool and its lock-free
+statistics on the event loop; ``GET /props`` answers what was read once as the
+server started, so it answers while the server sleeps (`_sleep`).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from ._tokens import detokenize as _detokenize
 from ._tokens import tokenize as _tokenize
 from ._work import answer_in_worker
 
-__all__ = ["apply_template", "detokenize", "input_tokens", "props", "slots", "tokenize"]
+__all__ = ["apply_template", "detokenize", "input_tokens", "props", "props_body", "slots", "tokenize"]
 
 
 async def tokenize(exchange: Exchange, state: ServerState) -> None:
@@ -59,12 +60,17 @@ async def input_tokens(exchange: Exchange, state: ServerState) -> None:
 
 
 async def props(exchange: Exchange, state: ServerState) -> None:
-    """``GET /props``: the server's model, template, slots and default generation settings."""
+    """``GET /props``: the server's model, template, slots and default generation settings (asleep too)."""
+    await exchange.send_json(200, state.props | {"is_sleeping": state.keeper.sleeping})
+
+
+def props_body(state: ServerState) -> dict[str, Any]:
+    """``GET /props``' fields, read from the open pool and its model (`ServerState.props`)."""
     pool, model = state.pool, state.pool.model
     spec = pool.actors[0].spec.type
     defaults = state.defaults
     params = generation_settings(defaults.sampling(), n_predict=defaults.n_predict or -1, speculative_type=spec)
-    await exchange.send_json(200, {
+    return {
         "default_generation_settings": {"params": params, "n_ctx": state.n_ctx},
         "total_slots": pool.size,
         "model_alias": state.model_name,
@@ -79,7 +85,7 @@ async def props(exchange: Exchange, state: ServerState) -> None:
         "build_info": f"spec_actor {__version__}",
         "is_sleeping": False,
         "speculative": {"type": spec, "n_draft": pool.actors[0].spec.n_draft},
-    })
+    }
 
 
 async def slots(exchange: Exchange, state: ServerState) -> None:

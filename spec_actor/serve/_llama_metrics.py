@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .._pool import ActorPool
 from .._stats import StatsSnapshot
+from ._reading import PoolReading
 
 __all__ = ["LlamaCppCounts", "render_llama_metrics"]
 
@@ -74,14 +74,10 @@ class LlamaCppCounts:
         return rates
 
 
-def render_llama_metrics(counts: LlamaCppCounts, pool: ActorPool) -> str:
-    """The ``llamacpp:`` metrics as Prometheus text, the throughput window restarted."""
-    snap = pool.stats()
-    actors = pool.actors
-    # One engine step is one decode of every sequence running in it: the batched pool's session
-    # counts them once for all its actors; separate sessions count their own.
-    sessions = actors[:1] if pool.batched else actors
-    n_decode = sum(actor.session.steps() for actor in sessions)
+def render_llama_metrics(counts: LlamaCppCounts, reading: PoolReading) -> str:
+    """The ``llamacpp:`` metrics of ``counts`` and the pool's ``reading`` as Prometheus text, the throughput
+    window restarted."""
+    snap, n_decode = reading.stats, reading.n_decode
     prompt_rate, predicted_rate = counts.take_rates()
     counters = [
         ("prompt_tokens_total", "Number of prompt tokens processed, excluding cached tokens", counts.prompt.tokens),
@@ -101,8 +97,8 @@ def render_llama_metrics(counts: LlamaCppCounts, pool: ActorPool) -> str:
         ("prompt_tokens_seconds", "Average prompt throughput in tokens/s since the previous scrape", prompt_rate),
         ("predicted_tokens_seconds", "Average generation throughput in tokens/s since the previous scrape",
          predicted_rate),
-        ("requests_processing", "Number of requests processing", sum(actor.busy for actor in actors)),
-        ("requests_deferred", "Number of requests deferred", sum(actor.queued for actor in actors)),
+        ("requests_processing", "Number of requests processing", reading.busy),
+        ("requests_deferred", "Number of requests deferred", reading.queued),
         ("n_busy_slots_per_decode", "Average number of sequences generating per engine decode step (their "
          "generation steps over the decode steps; prompt chunks not counted)",
          snap.iters / n_decode if n_decode else 0.0),

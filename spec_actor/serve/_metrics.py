@@ -17,15 +17,15 @@ names too (`VLLM_GAUGES`), which the picker reads by default
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 
-from .._pool import ActorPool
 from .._stats import StatsSnapshot
 from ._llama_metrics import LlamaCppCounts, render_llama_metrics
+from ._reading import PoolReading
 
 __all__ = ["CONTENT_TYPE", "PREFIX", "VLLM_GAUGES", "ServerMetrics"]
 
@@ -42,14 +42,17 @@ _CANCEL_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
 class ServerMetrics:
     """The server's metrics registry: pool counters read at scrape time, request histograms.
 
+    ``reading`` reads the pool at each scrape (`PoolKeeper.reading`: while
+    the server sleeps, the reading taken as it fell asleep).
+
     Thread-safety: observe and render from the trio thread (the pool
     statistics themselves are lock-free).
     """
 
-    def __init__(self, pool: ActorPool, model_name: str, *, vllm_names: bool = False) -> None:
+    def __init__(self, reading: Callable[[], PoolReading], model_name: str, *, vllm_names: bool = False) -> None:
         self.registry = CollectorRegistry()
         self.model_name = model_name
-        self._pool = pool
+        self._reading = reading
         self.llama = LlamaCppCounts()
         """llama-server's prompt and generation counts (`generated`)."""
         labels = ["model_name"]
@@ -72,7 +75,7 @@ class ServerMetrics:
                                  labels + ["kind"], registry=self.registry)
         for kind in ("send", "read", "request"):
             self._timeouts.labels(model_name, kind)  # exported at 0 from the start
-        self.registry.register(_PoolCollector(pool, model_name, vllm_names))
+        self.registry.register(_PoolCollector(reading, model_name, vllm_names))
 
     def finished(self, reason: str) -> None:
         """Count a finished request."""
@@ -91,20 +94,20 @@ class ServerMetrics:
 
         Restarts the window llama-server's throughput gauges average over.
         """
-        return generate_latest(self.registry) + render_llama_metrics(self.llama, self._pool).encode()
+        return generate_latest(self.registry) + render_llama_metrics(self.llama, self._reading()).encode()
 
 
 class _PoolCollector:
     """Reads the pool's statistics at every scrape."""
 
-    def __init__(self, pool: ActorPool, model_name: str, vllm_names: bool) -> None:
-        self._pool = pool
+    def __init__(self, reading: Callable[[], PoolReading], model_name: str, vllm_names: bool) -> None:
+        self._reading = reading
         self._labels = [model_name]
         self._prefixes = (PREFIX, VLLM_PREFIX) if vllm_names else (PREFIX,)
 
     def collect(self) -> Iterator[Metric]:
-        pool, labels = self._pool, self._labels
-        snap = pool.stats()
+        reading, labels = self._reading(), self._labels
+        snap = reading.stats
 
         def gauge(name: str, doc: str, value: float, prefix: str = PREFIX) -> GaugeMetricFamily:
             metric = GaugeMetricFamily(prefix + name, doc, labels=["model_name"])
@@ -122,12 +125,12 @@ class _PoolCollector:
                 metric.add_metric(labels + [str(pos)], value)
             return metric
 
-        held, available = pool.kv_cells()
+        held, available = reading.kv_held, reading.kv_available
         for prefix in self._prefixes:  # the endpoint picker's gauges
             yield gauge("num_requests_running", "Requests being served: one per actor generating (its prompt "
-                        "being evaluated or its tokens decoded).", sum(a.busy for a in pool.actors), prefix)
+                        "being evaluated or its tokens decoded).", reading.busy, prefix)
             yield gauge("num_requests_waiting", "Requests queued for an actor, not yet started.",
-                        sum(a.queued for a in pool.actors), prefix)
+                        reading.queued, prefix)
             yield gauge("kv_cache_usage_perc", "KV-cache utilization from 0 to 1: cells held over cells available, "
                         "summed over the actors' sequences; running requests' cells and the prompt prefixes kept "
                         "between requests count as held.", held / available if available else 0.0, prefix)

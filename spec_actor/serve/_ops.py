@@ -11,10 +11,10 @@ __all__ = ["health", "metrics"]
 
 
 async def health(exchange: Exchange, state: ServerState) -> None:
-    """``GET /health``: 200 while serving; 503 once stopping, or once the model's RPC worker failed."""
+    """``GET /health``: 200 while serving (asleep too); 503 once stopping, or once the model's RPC worker failed."""
     if state.stopping.is_set():
         raise shutting_down()
-    if (failure := state.pool.model.rpc_failure()) is not None:
+    if not state.keeper.sleeping and (failure := state.pool.model.rpc_failure()) is not None:
         raise rpc_worker_failed(failure)
     await exchange.send_json(200, {"status": "ok"})
 

@@ -6,7 +6,7 @@ import contextlib
 import functools
 import logging
 import socket
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, final
@@ -16,6 +16,7 @@ from hypercorn.config import Config
 
 from .._model import Model
 from .._pool import ActorPool, open_pool
+from ._llama import props_body
 from .._groups import unwrap_groups
 from .._spec import Spec
 from .._tools import check_template
@@ -26,6 +27,7 @@ from ._defaults import RequestDefaults
 from ._cors import check_origins
 from ._limits import ServeLimits
 from ._metrics import ServerMetrics
+from ._sleep import PoolKeeper
 from ._state import Endpoints
 from ._vertex import VertexRoutes
 
@@ -56,8 +58,17 @@ class Server:
 
     @property
     def pool(self) -> ActorPool:
-        """The actors that run the requests (for their statistics)."""
+        """The actors that run the requests (for their statistics).
+
+        Raises:
+            RuntimeError: the server sleeps (``sleep_idle_seconds``): it has no pool until a request wakes it.
+        """
         return self._state.pool
+
+    @property
+    def sleeping(self) -> bool:
+        """Whether the server sleeps: its pool closed after ``sleep_idle_seconds`` without work."""
+        return self._state.keeper.sleeping
 
     @property
     def state(self) -> ServerState:
@@ -93,6 +104,7 @@ async def open_server(model: Model, *, host: str | Sequence[str] = "127.0.0.1", 
                       cors_origins: Sequence[str] = (), vllm_metric_names: bool = False,
                       defaults: RequestDefaults | None = None, metrics_endpoint: bool = True,
                       slots_endpoint: bool = True, vertex: VertexRoutes | None = None,
+                      sleep_idle_seconds: float | None = None, reload: Callable[[], Model] | None = None,
                       **context_options: Any) -> AsyncIterator[Server]:
     """Serve ``model`` over HTTP with OpenAI's API until the block is left or `Server.stop` is called.
 
@@ -131,6 +143,15 @@ async def open_server(model: Model, *, host: str | Sequence[str] = "127.0.0.1", 
         vertex: Also answer Google Cloud Vertex AI's prediction route (and health
             route) as llama-server does under ``AIP_MODE=PREDICTION``
             (`VertexRoutes.from_env` reads its variables); None: not.
+        sleep_idle_seconds: After this many seconds without a request that needs the model, close
+            the pool (its contexts and KV caches), as llama-server's ``--sleep-idle-seconds``; the next such
+            request opens it again, and waits for it. ``/health``, ``/props`` (its ``is_sleeping``),
+            ``/models`` and ``/metrics`` (the figures as it fell asleep) answer meanwhile without
+            waking it (docs/decisions/0111). None (the default): never.
+        reload: How to load the model again after a sleep. Given, the server owns ``model``: it
+            closes it on falling asleep, so the weights are freed too. None: ``model`` stays the
+            caller's and only the pool is freed. A load that fails answers the requests waiting on
+            it with a 503; the next request tries again.
         context_options: n_threads, n_batch, ... for `open_pool`.
 
     Raises:
@@ -141,9 +162,14 @@ async def open_server(model: Model, *, host: str | Sequence[str] = "127.0.0.1", 
     **Cancellation**: leaving the block stops the server as `Server.stop`
     describes, then closes the pool, which stops every native loop. It
     returns within ``limits.shutdown_timeout`` (and a loop step) however the
-    clients behave.
+    clients behave; when a wake from sleep is loading the model, also after
+    that load (a worker thread) ends.
     """
     check_int("max_body", max_body, 1024, hint="leave room for a request's JSON")
+    if sleep_idle_seconds is not None and (isinstance(sleep_idle_seconds, bool)
+                                           or not isinstance(sleep_idle_seconds, (int, float))
+                                           or not 0 < sleep_idle_seconds < float("inf")):
+        raise ConfigError(f"sleep_idle_seconds={sleep_idle_seconds!r} is invalid: expected seconds > 0, or None")
     limits = ServeLimits() if limits is None else limits
     if not isinstance(limits, ServeLimits):
         raise ConfigError(f"limits={limits!r} is invalid: expected a spec_actor.serve.ServeLimits")
@@ -163,23 +189,42 @@ async def open_server(model: Model, *, host: str | Sequence[str] = "127.0.0.1", 
         socks = [bound.enter_context(_bound_socket(hosts[0], port))]
         port = socks[0].getsockname()[1]  # the other addresses share the first one's port
         socks += [bound.enter_context(_bound_socket(h, port)) for h in hosts[1:]]
-        async with open_pool(model, **pool_options) as actors:
-            state = ServerState(pool=actors, model_name=name, metrics=ServerMetrics(actors, name, vllm_names=vllm_metric_names),
-                                api_key=api_key, max_body=max_body, limits=limits, chat_template=chat_template,
-                                defaults=defaults or RequestDefaults(), model_aliases=aliases,
-                                model_tags=tags,
-                                endpoints=Endpoints(metrics=metrics_endpoint, slots=slots_endpoint))
-            url = _url(socks[0])
-            with unwrap_groups():
-                async with trio.open_nursery() as nursery:
-                    # The listener owns the socket from here: when it stops listening (at
-                    # shutdown), the socket closes and new connections are refused.
-                    await nursery.start(functools.partial(
-                        state.connections.serve, App(state, cors_origins=origins, vertex=vertex), _config(), socks, state.stopping, limits.shutdown_timeout))
-                    try:
-                        yield Server(state, url)
-                    finally:
-                        state.stopping.set()
+        keeper = PoolKeeper(model, functools.partial(open_pool, **pool_options), sleep_idle_seconds, reload)
+        with unwrap_groups():
+            async with trio.open_nursery() as owner:
+                # The keeper's task owns the pool: it opens it here, and closes it after the listener stops.
+                await owner.start(keeper.run)
+                stopping = trio.Event()
+                try:
+                    state = ServerState(keeper=keeper, model_name=name, stopping=stopping,
+                                        metrics=ServerMetrics(keeper.reading, name, vllm_names=vllm_metric_names),
+                                        api_key=api_key, max_body=max_body, limits=limits, chat_template=chat_template,
+                                        defaults=defaults or RequestDefaults(), model_aliases=aliases,
+                                        model_tags=tags,
+                                        endpoints=Endpoints(metrics=metrics_endpoint, slots=slots_endpoint))
+                    state.props = props_body(state)
+                    owner.start_soon(_refuse_wakes_when_stopping, stopping, keeper)
+                    url = _url(socks[0])
+                    with unwrap_groups():  # this nursery's group, then the owner's below
+                        async with trio.open_nursery() as nursery:
+                            # The listener owns the socket from here: when it stops listening (at
+                            # shutdown), the socket closes and new connections are refused.
+                            await nursery.start(functools.partial(
+                                state.connections.serve, App(state, cors_origins=origins, vertex=vertex), _config(),
+                                socks, state.stopping, limits.shutdown_timeout))
+                            try:
+                                yield Server(state, url)
+                            finally:
+                                state.stopping.set()
+                finally:
+                    stopping.set()
+                    keeper.close()
+
+
+async def _refuse_wakes_when_stopping(stopping: trio.Event, keeper: PoolKeeper) -> None:
+    """Requests waiting for a sleeping server to wake get a 503 as soon as it starts stopping."""
+    await stopping.wait()
+    keeper.refuse_wakes()
 
 
 def _hosts(host: str | Sequence[str]) -> tuple[str, ...]:

@@ -8,12 +8,15 @@ from dataclasses import dataclass, field
 
 import trio
 
+from typing import Any
+
 from .._pool import ActorPool
 from .._stats import StatsSnapshot
 from ._connections import Connections
 from ._defaults import RequestDefaults
 from ._limits import ServeLimits
 from ._metrics import ServerMetrics
+from ._sleep import PoolKeeper
 
 __all__ = ["Cancellation", "Endpoints", "ServerState"]
 
@@ -58,8 +61,8 @@ class Endpoints:
 class ServerState:
     """What every request handler of one server shares."""
 
-    pool: ActorPool
-    """The actors that run the generations."""
+    keeper: PoolKeeper
+    """The owner of the pool: opens it, puts it to sleep after idle time, wakes it (``--sleep-idle-seconds``)."""
     model_name: str
     """The model's id in responses and in ``/v1/models``."""
     metrics: ServerMetrics
@@ -91,6 +94,13 @@ class ServerState:
     """Informational tags of the model (``/v1/models``' ``tags``)."""
     endpoints: Endpoints = field(default_factory=lambda: Endpoints())
     """Which of the optional routes answer (``/metrics``, ``/slots``)."""
+    props: dict[str, Any] = field(default_factory=dict)
+    """``GET /props``' body but ``is_sleeping``, read from the pool and model once, as the server starts."""
+
+    @property
+    def pool(self) -> ActorPool:
+        """The actors that run the generations, for the routes that wake the server (`PoolKeeper.pool`)."""
+        return self.keeper.pool
 
     @property
     def n_ctx(self) -> int:
