@@ -20,8 +20,8 @@ import httpx
 import pytest
 import trio
 from greedy_helpers import collect
-from serve_helpers import http, serving
-from tiny_model_fixtures import tiny_paths, tiny_target  # noqa: F401
+from serve_helpers import TIMEOUT, error_of, http, serving, start_cli_server
+from tiny_model_fixtures import hybrid_model_without_mtp, tiny_draft, tiny_paths, tiny_target  # noqa: F401
 
 import spec_actor
 from spec_actor import ConfigError, Done, Error, PromptError, Session, Token
@@ -48,8 +48,8 @@ def _alone(model: spec_actor.Model, prompt: list[int], max_tokens: int) -> list[
         return list(session.run(prompt, max_tokens=max_tokens, temp=0.0, logit_bias=_no_eog(model)).tokens)
 
 
-def _unified(model: spec_actor.Model, size: int, **options: Any) -> Any:
-    return open_pool(model, size=size, spec="none", n_ctx=N_CTX, kv_unified=True, n_batch=64, n_ubatch=64,
+def _unified(model: spec_actor.Model, size: int, spec: spec_actor.Spec | str = "none", **options: Any) -> Any:
+    return open_pool(model, size=size, spec=spec, n_ctx=N_CTX, kv_unified=True, n_batch=64, n_ubatch=64,
                      memory=0, n_threads=1, **options)
 
 
@@ -63,12 +63,21 @@ async def test_one_sequence_may_use_the_whole_shared_cache(tiny_target):  # noqa
     assert isinstance(terminal, Done) and got == expected and len(got) == 200
 
 
-async def test_a_full_cache_ends_only_the_newest_request_and_the_pool_goes_on(tiny_target):  # noqa: F811
+# Greedy output is the same under any spec: the drafting ones re-verify the
+# draft of the step whose decode found the cache full. The hybrid's attention
+# cache fills beside its recurrent states.
+@pytest.mark.parametrize("kind", ["none", "ngram-simple", "draft-simple", "hybrid"])
+async def test_a_full_cache_ends_only_the_newest_request_and_the_pool_goes_on(
+        kind, tiny_target, tiny_draft, hybrid_model_without_mtp):  # noqa: F811
+    model = hybrid_model_without_mtp if kind == "hybrid" else tiny_target
+    spec = spec_actor.Spec("draft-simple", draft_model=tiny_draft) if kind == "draft-simple" else \
+        "none" if kind == "hybrid" else kind
     # A (100 + 30 tokens) and B (60 + 120) fit alone, not together: 100 + 179 > 256 cells.
-    a, b, c = _prompt(tiny_target, 100, seed=2), _prompt(tiny_target, 60, seed=3), _prompt(tiny_target, 4, seed=4)
-    expected_a, expected_c = _alone(tiny_target, a, 30), _alone(tiny_target, c, 200)
-    bias = _no_eog(tiny_target)
-    async with _unified(tiny_target, 2, stream_buffer=1) as pool:
+    a, b, c = _prompt(model, 100, seed=2), _prompt(model, 60, seed=3), _prompt(model, 4, seed=4)
+    expected_a, expected_c = _alone(model, a, 30), _alone(model, c, 200)
+    bias = _no_eog(model)
+    async with _unified(model, 2, spec=spec, stream_buffer=1) as pool:
+        assert pool.batched
         async with pool.stream_events(a, max_tokens=30, temp=0.0, logit_bias=bias) as events_a:
             got_a = []
             async for ev in events_a:  # A's prompt is in; unread, A's sequence pauses holding its cells
@@ -150,3 +159,38 @@ async def test_the_server_answers_500_for_the_request_it_ends_and_200_in_full_fo
             assert answer.json()["tokens"] == alone["tokens"]
         else:
             assert answer.status_code == 500 and FULL in answer.json()["error"]["message"].lower()
+
+
+@pytest.mark.parametrize(("argv", "n_ctx", "options"), [
+    (["--pool", "4", "-kvu"], 4096, {"kv_unified": True}),
+    (["--pool", "4", "--kv-unified", "-c", "256"], 256, {"kv_unified": True}),
+    # the per-slot cap implies a shared cache, and without -c sizes it to --pool times the cap, as llama-server's
+    (["--pool", "4", "--kv-unified-per-slot", "96"], 384, {"kv_unified": True, "kv_unified_per_slot": 96}),
+    (["--pool", "4", "--kv-unified-per-slot", "96", "-c", "256"], 256,
+     {"kv_unified": True, "kv_unified_per_slot": 96}),
+    (["--pool", "4", "-c", "256"], 256, {}),
+])
+def test_serve_flags_choose_the_shared_cache(argv, n_ctx, options):
+    from spec_actor.cli import build_parser
+    from spec_actor.cli._serve import _shared_cache
+
+    args = build_parser().parse_args(["serve", *argv])
+    got: dict[str, Any] = {}
+    assert (_shared_cache(args, got), got) == (n_ctx, options)
+
+
+def test_the_cli_serves_a_shared_cache_with_its_per_slot_cap():
+    proc, url = start_cli_server("--pool", "2", "--spec", "none", "--kv-unified-per-slot", "200")
+    try:
+        props = httpx.get(f"{url}/props", timeout=TIMEOUT).json()
+        slots = httpx.get(f"{url}/slots", timeout=TIMEOUT).json()
+        # a request may hold more than -c 256 over 2 slots, up to the cap: prompt and 150 tokens
+        body = {"prompt": "Once upon a time", "n_predict": 150, "ignore_eos": True, "temperature": 0}
+        long = httpx.post(f"{url}/completion", json=body, timeout=TIMEOUT).json()
+        over = httpx.post(f"{url}/completion", json=body | {"prompt": "word " * 220}, timeout=TIMEOUT)
+    finally:
+        proc.terminate()
+        proc.wait(TIMEOUT)
+    assert props["default_generation_settings"]["n_ctx"] == 200 and [s["n_ctx"] for s in slots] == [200, 200]
+    assert long["timings"]["predicted_n"] == 150
+    assert over.status_code == 400 and error_of(over)["n_ctx"] == 200

@@ -106,7 +106,10 @@ sa_status create_draft_context(sa_session & s, const llama_context_params & cp) 
     const int32_t type = s.plan.type;
     llama_context_params dp = cp;
     dp.ctx_type = type == SA_SPEC_DRAFT_MTP ? LLAMA_CONTEXT_TYPE_MTP : LLAMA_CONTEXT_TYPE_DEFAULT;
-    dp.n_ctx = llama_n_ctx(s.ctx_tgt);
+    // A shared cache fills as the target's does (docs/decisions/0113): room
+    // for every sequence's draft beyond it, so the target finds it full first.
+    const uint32_t n_draft_room = (uint32_t) (std::max(s.plan.n_draft, s.plan.n_verify) + 2) * (uint32_t) s.n_seq;
+    dp.n_ctx = llama_n_ctx(s.ctx_tgt) + (s.kv_unified ? n_draft_room : 0);
     dp.n_rs_seq = 0;
     dp.ctx_other = s.ctx_tgt;
     dp.type_k = GGML_TYPE_F16;
@@ -181,6 +184,7 @@ sa_status create_session(sa_session & s, const sa_context_params & c) {
 #endif
     const int32_t type = s.plan.type;
     s.n_seq = std::max(c.n_seq, 1);
+    s.kv_unified = c.kv_unified != 0;
     if (uses_draft_context(type)) {
         if (sa_status st = create_draft_context(s, cp); st != SA_OK) return st;
     }
@@ -194,7 +198,6 @@ sa_status create_session(sa_session & s, const sa_context_params & c) {
     }
     s.prefill_step_ms = c.prefill_step_ms;
     s.n_ctx_seq = seq_budget(c, llama_n_ctx(s.ctx_tgt), s.n_seq);
-    s.kv_unified = c.kv_unified != 0;
     return create_engine(s, s.n_seq);
 }
 
