@@ -386,8 +386,10 @@ class Session:
 
         A sequence holds a cell per position of its running request, and
         between requests the prompt prefix it keeps (the prefix cache);
-        after `forget` none. Each sequence may hold ``n_ctx`` cells. As of
-        the end of the last engine step, so at most one step old.
+        after `forget` none. Each sequence may hold ``n_ctx`` cells; with
+        ``kv_unified`` its share of the shared cache is counted available
+        (the cache's cells over ``n_seq``), which one sequence may exceed.
+        As of the end of the last engine step, so at most one step old.
         """
         handle = self._live()
         counts = [_ns.seq_cells(handle, s) for s in (range(self.n_seq) if seq is None else (seq,))]

@@ -59,8 +59,11 @@ async def test_one_sequence_may_use_the_whole_shared_cache(tiny_target):  # noqa
     async with _unified(tiny_target, 4) as pool:
         assert pool.batched and pool.actors[0].n_ctx == N_CTX
         got, terminal = await collect(pool, prompt, max_tokens=200, temp=0.0, logit_bias=_no_eog(tiny_target))
+        held, available = pool.kv_cells()
     # 204 cells, where a per-sequence cache would give each of 4 sequences 64
     assert isinstance(terminal, Done) and got == expected and len(got) == 200
+    # the utilization gauge counts the shared cache once: its kept prompt and reply (all but the last token) of 256
+    assert (held, available) == (len(prompt) + len(got) - 1, N_CTX)
 
 
 # Greedy output is the same under any spec: the drafting ones re-verify the

@@ -336,7 +336,6 @@ void Sequence::decode_failed(int32_t ret, const std::string & detail) {
 
 void Sequence::evict_for_room(const std::string & why) {
     if (ended_) return;
-    cut_ = true;
     end_with_error(SA_ERR_DECODE, why);  // an error drops the prefix: its cells and checkpoints go
 }
 
