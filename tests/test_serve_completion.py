@@ -140,6 +140,10 @@ async def test_response_fields_pick_and_unnest(gemma):
         picked = (await client.post("/completion", json={
             "prompt": PROMPT, "n_predict": 3, "response_fields": ["content", "generation_settings/n_predict",
                                                                   "timings/predicted_n", "no/such"]})).json()
+        whole = (await client.post("/completion", json={"prompt": PROMPT, "n_predict": 3,
+                                                         "response_fields": []})).json()
+    # an empty list is the whole answer, as llama-server's
+    assert whole["content"] == picked["content"] and whole["generation_settings"]["n_predict"] == 3
     assert set(picked) == {"content", "generation_settings/n_predict", "timings/predicted_n"}
     assert picked["generation_settings/n_predict"] == 3 == picked["timings/predicted_n"]
     assert picked["content"] == await greedy(gemma, PROMPT, 3)

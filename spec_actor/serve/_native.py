@@ -71,7 +71,8 @@ def parse_native(body: object, n_vocab: int, grammar_limits: GrammarLimits = Gra
     if get_field(body, "seed", int, default=None) == -1:  # llama-server's "random seed", the library's default
         body = {k: v for k, v in body.items() if k != "seed"}
     options = request_options(body, grammar_limits) | {"logprobs": n_probs or None}
-    native = NativeFields(n_predict, n_probs, return_tokens, None if fields is None else tuple(fields),
+    # an empty list picks nothing out: the whole answer, as llama-server sends it
+    native = NativeFields(n_predict, n_probs, return_tokens, tuple(fields) if fields else None,
                           ignore_eos=get_field(body, "ignore_eos", bool, default=False), prompts=tuple(prompts))
     return Job("native", get_field(body, "stream", bool, default=False), False,
                max_tokens=None if n_predict < 0 else n_predict, prompt=prompts[0], options=options, native=native,
