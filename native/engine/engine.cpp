@@ -204,7 +204,8 @@ bool runs_on(const Slot & slot, const std::vector<Sequence *> & seqs) {
 // keep are dropped (a later request only loses their reuse); when they held
 // no cells, the most recently admitted running request ends with an error
 // that names the cause, and its cells, kept prefix and checkpoints go.
-void make_room(sa_session & s, const std::vector<Sequence *> & seqs) {
+// false: nothing to free or end (the decode fails as any other would).
+bool make_room(sa_session & s, const std::vector<Sequence *> & seqs) {
     llama_memory_t mem = llama_get_memory(s.ctx_tgt);
     bool freed = false;
     for (const auto & slot : s.engine->slots) {
@@ -213,7 +214,7 @@ void make_room(sa_session & s, const std::vector<Sequence *> & seqs) {
         slot->cells.store(0);
         freed = true;
     }
-    if (freed) return;
+    if (freed) return true;
     Sequence * newest = nullptr;
     int32_t n_running = 0;
     for (Sequence * q : seqs) {
@@ -221,13 +222,14 @@ void make_room(sa_session & s, const std::vector<Sequence *> & seqs) {
         ++n_running;
         if (newest == nullptr || q->admitted_at() > newest->admitted_at()) newest = q;
     }
-    if (newest == nullptr) return;
+    if (newest == nullptr) return false;
     const std::string n_cells = std::to_string(llama_n_ctx(s.ctx_tgt));
     newest->evict_for_room(
         "Context size has been exceeded: the " + n_cells + " cells of the KV cache that the session's sequences share "
         "are full, and this request, the most recently admitted of the " + std::to_string(n_running) +
         " running, was ended so that the others can finish; raise n_ctx (-c), or run fewer requests at once "
         "(parallel) or ask for fewer tokens (max_tokens / n_predict)");
+    return true;
 }
 
 // One step for the sequences given: those already decoding draft first (so
@@ -299,7 +301,7 @@ void step(sa_session & s, const std::vector<Sequence *> & seqs) {
     const std::string rpc = rpc_failure(*s.model);
     if (ret == 0 && !rpc.empty()) ret = -3;
     if (ret == 0) learn_time_per_token(e, batch.size(), t_us);
-    if (ret == 1 && rpc.empty()) return make_room(s, seqs);  // a full cache: no sequence took part
+    if (ret == 1 && rpc.empty() && make_room(s, seqs)) return;  // a full cache: no sequence took part
     if (ret != 0) {
         const std::string detail = rpc.empty() ? last_native_log_error() : rpc;
         for (Sequence * q : in) q->decode_failed(ret, detail);
