@@ -21,7 +21,13 @@ import pytest
 import trio
 from greedy_helpers import collect
 from serve_helpers import TIMEOUT, error_of, http, serving, start_cli_server
-from tiny_model_fixtures import hybrid_model_without_mtp, tiny_draft, tiny_paths, tiny_target  # noqa: F401
+from tiny_model_fixtures import (  # noqa: F401
+    hybrid_model_without_mtp,
+    mtp_model,
+    tiny_draft,
+    tiny_paths,
+    tiny_target,
+)
 
 import spec_actor
 from spec_actor import ConfigError, Done, Error, PromptError, Session, Token
@@ -67,14 +73,15 @@ async def test_one_sequence_may_use_the_whole_shared_cache(tiny_target):  # noqa
 
 
 # Greedy output is the same under any spec: the drafting ones re-verify the
-# draft of the step whose decode found the cache full. The hybrid's attention
-# cache fills beside its recurrent states.
-@pytest.mark.parametrize("kind", ["none", "ngram-simple", "draft-simple", "hybrid"])
+# draft of the step whose decode found the cache full, and a draft context
+# (draft model, MTP) has room beyond the target's cells. The hybrid's
+# attention cache fills beside its recurrent states.
+@pytest.mark.parametrize("kind", ["none", "ngram-simple", "draft-simple", "mtp", "hybrid"])
 async def test_a_full_cache_ends_only_the_newest_request_and_the_pool_goes_on(
-        kind, tiny_target, tiny_draft, hybrid_model_without_mtp):  # noqa: F811
-    model = hybrid_model_without_mtp if kind == "hybrid" else tiny_target
-    spec = spec_actor.Spec("draft-simple", draft_model=tiny_draft) if kind == "draft-simple" else \
-        "none" if kind == "hybrid" else kind
+        kind, tiny_target, tiny_draft, mtp_model, hybrid_model_without_mtp):  # noqa: F811
+    model = {"hybrid": hybrid_model_without_mtp, "mtp": mtp_model}.get(kind, tiny_target)
+    spec = {"draft-simple": spec_actor.Spec("draft-simple", draft_model=tiny_draft),
+            "mtp": spec_actor.Spec("mtp", n_draft=3), "hybrid": "none"}.get(kind, kind)
     # A (100 + 30 tokens) and B (60 + 120) fit alone, not together: 100 + 179 > 256 cells.
     a, b, c = _prompt(model, 100, seed=2), _prompt(model, 60, seed=3), _prompt(model, 4, seed=4)
     expected_a, expected_c = _alone(model, a, 30), _alone(model, c, 200)
