@@ -50,7 +50,7 @@ VALUE_FLAGS = {
     "--lora", "--spec-type", "--api-key", "--spec-draft-n-max", "--spec-draft-n-min", "--spec-synth-len",
     "--spec-synth-rates", "--reasoning-format", "--reasoning", "--chat-template", "--chat-template-file",
     "--mmproj-url", "--media-path", "--sleep-idle-seconds", "--cache-ram", "--tools", "--tools-runtime",
-    "--mcp-servers-config", "--mcp-servers-json",
+    "--mcp-servers-config", "--mcp-servers-json", "--kv-unified-per-slot",
 }
 MODEL_FLAGS = {"--model", "-m", "--model-url", "--hf-repo", "--hf-file"}
 """The flags that name a model: both servers get the embedded one instead."""
@@ -84,7 +84,9 @@ def spec_actor_args(pairs: list[tuple[str, str | None]], scratch: Path) -> list[
     """``spec-actor serve``'s flags for llama-server's: the ones with a counterpart; the others are left out.
 
     llama-server's ``--ctx-size`` is the context of all its slots together,
-    ``--pool``'s actors each have ``-c``; a ``--chat-template`` given as Jinja
+    ``--pool``'s actors each have ``-c``, unless ``--kv-unified`` makes ``-c``
+    the cache they share, as it is there (``--kv-unified-per-slot`` is passed
+    as it is; decision 0113); a ``--chat-template`` given as Jinja
     text is written to a file under ``scratch``, a built-in template's name
     is passed as it is. Speculation is off unless ``--spec-type`` asks, as in
     llama-server. ``--alias``'s names go to ``--model-name`` sorted: llama-server's
@@ -97,8 +99,13 @@ def spec_actor_args(pairs: list[tuple[str, str | None]], scratch: Path) -> list[
     slots = int(flags.get("--parallel") or flags.get("-np") or 1)
     out = ["--spec", flags.get("--spec-type") or "none", "--pool", str(slots)]
     ctx = flags.get("--ctx-size") or flags.get("-c")
+    shared = "--kv-unified" in flags or "-kvu" in flags
     if ctx:
-        out += ["-c", str(max(int(ctx) // slots, 1))]
+        out += ["-c", str(int(ctx) if shared else max(int(ctx) // slots, 1))]
+    if shared:
+        out.append("--kv-unified")
+    if flags.get("--kv-unified-per-slot"):
+        out += ["--kv-unified-per-slot", str(flags["--kv-unified-per-slot"])]
     for ours, names in (("--port", ("--port",)), ("-t", ("--threads", "-t")), ("--host", ("--host",)),
                         ("--api-key", ("--api-key",)), ("--cors-origins", ("--cors-origins",)),
                         ("--chat-template", ("--chat-template-file",)), ("--temp", ("--temp",)),

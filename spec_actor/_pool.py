@@ -171,6 +171,13 @@ async def open_pool(model: Model, *, size: int = 2, spec: Spec | str = DEFAULT_S
     a draft context (a draft model, MTP, EAGLE-3, DFlash), one draft context
     for all sequences (docs/decisions/0069). Only a spec that cannot be made
     gives each actor its own session (which then says why).
+    ``kv_unified=True`` (a context option, llama-server's ``--kv-unified``)
+    makes ``n_ctx`` the size of the one cache the batched actors share,
+    which any one request may fill (up to ``kv_unified_per_slot`` cells
+    when given); when a step finds it full, the most recently admitted
+    request ends with a `DecodeError` ("Context size has been exceeded")
+    and the others go on (`Session`, docs/decisions/0113). Actors with
+    their own sessions each have a cache of ``n_ctx`` cells then.
     ``n_threads`` and ``n_threads_batch`` default to all CPUs; the
     process-wide thread budget shares them with the other sessions that
     generate at the same time (docs/decisions/0027). The session is made

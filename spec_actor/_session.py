@@ -16,7 +16,7 @@ from ._sampling import Sampling
 from ._spec import DEFAULT_SPEC, Spec
 from ._stats import StatsSnapshot, sum_snapshots
 from ._utf8 import Utf8Stream
-from ._validate import check_logprobs
+from ._validate import check_int, check_logprobs
 from .nif import model as _nm
 from .nif import session as _ns
 
@@ -82,6 +82,17 @@ def _threads(n: int | None) -> int:
     return n if n is not None else usable_cpus()
 
 
+def _seq_context(n_ctx: int, kv_unified: object, per_slot: object) -> int:
+    """The cells one sequence may hold: ``n_ctx``, or with a shared cache ``kv_unified_per_slot`` if smaller."""
+    if not isinstance(kv_unified, bool):
+        raise ConfigError(f"kv_unified={kv_unified!r} must be True or False")
+    if per_slot is None:
+        return n_ctx
+    if not kv_unified:
+        raise ConfigError("kv_unified_per_slot caps a sequence of a shared cache; pass kv_unified=True with it")
+    return min(n_ctx, check_int("kv_unified_per_slot", per_slot, 16, hint="the fewest cells a sequence may hold"))
+
+
 def _kv_type(value: str | int | None, name: str) -> int:
     if value is None:
         return -1
@@ -140,6 +151,19 @@ class Session:
     stalls their streams for more than that; prompts that arrive together
     prefill at full speed and then decode together.
 
+    Shared cache: by default ``n_ctx`` is each sequence's, and the cache has
+    ``n_seq * n_ctx`` cells, so a running request never finds it full.
+    With ``kv_unified=True`` (llama-server's ``--kv-unified``) ``n_ctx`` is
+    the size of the whole cache, which the sequences share and any one of
+    them may fill, up to ``kv_unified_per_slot`` cells when given (its
+    ``--kv-unified-per-slot``): a long request may use the room short ones
+    leave. A prompt must fit that per-sequence cap. When a step finds the
+    shared cache full, the prompt prefixes idle sequences keep are dropped
+    first; if they held none, the most recently admitted running request
+    ends with a `DecodeError` whose message begins "Context size has been
+    exceeded" and frees its cells, and the others go on
+    (docs/decisions/0113).
+
     Threads: with ``n_threads`` and ``n_threads_batch`` left None a run uses
     the CPUs the process may use, divided among the default-threaded
     sessions generating at the same time (docs/decisions/0027); explicit
@@ -155,7 +179,8 @@ class Session:
                  n_batch: int = 2048, n_ubatch: int = 512, n_threads: int | None = None,
                  n_threads_batch: int | None = None, type_k: str | int | None = None,
                  type_v: str | int | None = None, flash_attn: bool | None = None, n_seq: int = 1,
-                 prefill_step_ms: int = DEFAULT_PREFILL_STEP_MS) -> None:
+                 prefill_step_ms: int = DEFAULT_PREFILL_STEP_MS, kv_unified: bool = False,
+                 kv_unified_per_slot: int | None = None) -> None:
         self.spec = Spec(spec) if isinstance(spec, str) else spec
         if not isinstance(self.spec, Spec):
             raise ConfigError(f"spec={spec!r} must be a spec_actor.Spec or a speculative type name")
@@ -170,9 +195,11 @@ class Session:
                 or not 0 <= prefix_checkpoint_bytes <= 1 << 50:
             raise ConfigError(f"prefix_checkpoint_bytes={prefix_checkpoint_bytes!r} must be a number of bytes "
                               "from 0 (no checkpoints) to 2**50")
-        if 0 < model.info.n_ctx_train < n_ctx:  # 0: unknown (a vocab_only model)
-            raise ConfigError(f"n_ctx={n_ctx} exceeds the {model.info.n_ctx_train} tokens {model.info.arch} "
-                              f"was trained for; pass n_ctx <= {model.info.n_ctx_train}")
+        n_ctx_seq = _seq_context(n_ctx, kv_unified, kv_unified_per_slot)
+        if 0 < model.info.n_ctx_train < n_ctx_seq:  # 0: unknown (a vocab_only model)
+            name = "kv_unified_per_slot" if kv_unified else "n_ctx"
+            raise ConfigError(f"{name}={n_ctx_seq} exceeds the {model.info.n_ctx_train} tokens {model.info.arch} "
+                              f"was trained for; pass {name} <= {model.info.n_ctx_train}")
         if not isinstance(n_seq, int) or isinstance(n_seq, bool) or not 1 <= n_seq <= 64:
             raise ConfigError(f"n_seq={n_seq!r} must be an integer from 1 to 64")
         if not isinstance(prefill_step_ms, int) or isinstance(prefill_step_ms, bool) \
@@ -196,7 +223,8 @@ class Session:
             type_k=_kv_type(type_k, "type_k"), type_v=_kv_type(type_v, "type_v"),
             flash_attn=-1 if flash_attn is None else int(bool(flash_attn)),
             threads_budgeted=n_threads is None and n_threads_batch is None, n_seq=n_seq,
-            prefill_step_ms=prefill_step_ms)
+            prefill_step_ms=prefill_step_ms, kv_unified=kv_unified,
+            n_ctx_seq_max=n_ctx_seq if kv_unified and n_ctx_seq < n_ctx else 0)
         _ns.set_memory(self._handle, memory)
         _ns.set_prefix_cache(self._handle, prefix_cache, prefix_checkpoint_bytes)
         self.memory = memory
@@ -208,6 +236,8 @@ class Session:
         self._snapshots: dict[tuple[int | None, int], tuple[int, StatsSnapshot]] = {}
         self.n_seq = n_seq
         """Sequences that run together in one batch (`SessionSlot`); n_ctx is each one's."""
+        self.kv_unified = kv_unified
+        """Whether the sequences share one cache of the ``n_ctx`` given (``n_ctx`` is then each one's cap)."""
         self.n_ctx = _ns.n_ctx(self._handle)
         self.n_batch = _ns.n_batch(self._handle)
 
@@ -365,8 +395,10 @@ class Session:
 
         A sequence holds a cell per position of its running request, and
         between requests the prompt prefix it keeps (the prefix cache);
-        after `forget` none. Each sequence may hold ``n_ctx`` cells. As of
-        the end of the last engine step, so at most one step old.
+        after `forget` none. Each sequence may hold ``n_ctx`` cells; with
+        ``kv_unified`` its share of the shared cache is counted available
+        (the cache's cells over ``n_seq``), which one sequence may exceed.
+        As of the end of the last engine step, so at most one step old.
         """
         handle = self._live()
         counts = [_ns.seq_cells(handle, s) for s in (range(self.n_seq) if seq is None else (seq,))]

@@ -211,7 +211,8 @@ sa_status sa_session_seq_cells(const sa_session * s, int32_t seq, int32_t * held
         return fail(SA_ERR_INVALID_ARG, "sequence " + std::to_string(seq) + " is outside 0.." + std::to_string(s->n_seq - 1));
     }
     *held = s->engine->slots[(size_t) seq]->cells.load();
-    *capacity = s->n_ctx_seq;
+    // a shared cache's cells are counted once: each sequence's share of them (docs/decisions/0113)
+    *capacity = s->kv_unified ? (int32_t) (llama_n_ctx(s->ctx_tgt) / (uint32_t) s->n_seq) : s->n_ctx_seq;
     return SA_OK;
 }
 

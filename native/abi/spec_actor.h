@@ -166,9 +166,14 @@ typedef struct {
     int32_t type_v;
     int32_t flash_attn;      /* -1 auto, 0 off, 1 on */
     int32_t threads_budgeted;  /* 1: n_threads were defaults; share the CPUs with other such sessions while generating */
-    int32_t n_seq;           /* sequences run together in one batch (0 or 1: one); n_ctx is per sequence */
+    int32_t n_seq;           /* sequences run together in one batch (0 or 1: one); n_ctx is per sequence unless kv_unified */
     int32_t prefill_step_ms; /* a prompt admitted while other sequences decode goes in chunks cut so a step
                                 takes about this long, measured (0: no cut, prompts fill n_batch) */
+    int32_t kv_unified;      /* 1: n_ctx is the size of one KV cache the sequences share, and any one sequence may
+                                fill it (llama-server's --kv-unified); a step that finds it full ends the most
+                                recently admitted sequence (docs/decisions/0113). 0: n_ctx is per sequence */
+    int32_t n_ctx_seq_max;   /* with kv_unified: most cells one sequence may hold (0: n_ctx; llama-server's
+                                --kv-unified-per-slot) */
 } sa_context_params;
 
 typedef struct {
@@ -397,7 +402,8 @@ sa_status sa_session_prepare(sa_session * session);
 void sa_session_forget(sa_session * session);
 /* The cells of the target's memory that sequence seq holds (*held: its
  * positions, the kept prompt prefix included; 0 after sa_session_forget) and
- * may hold (*capacity: the session's n_ctx per sequence), as of the end of the
+ * may hold (*capacity: the session's n_ctx per sequence; with kv_unified, the
+ * shared cache's cells over n_seq, which one sequence may exceed), as of the end of the
  * last engine step it took part in. Any thread, lock-free: the KV-cache
  * utilization of the inference gateway's protocol (docs/decisions/0098). */
 sa_status sa_session_seq_cells(const sa_session * session, int32_t seq, int32_t * held, int32_t * capacity);

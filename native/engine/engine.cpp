@@ -190,6 +190,48 @@ void add_prompts(common_batch & batch, int32_t capacity, const std::vector<Seque
     }
 }
 
+// Whether a sequence of seqs runs on slot and holds its cells as a live request.
+bool runs_on(const Slot & slot, const std::vector<Sequence *> & seqs) {
+    return std::any_of(seqs.begin(), seqs.end(),
+                       [&](const Sequence * q) { return &q->slot() == &slot && q->started() && !q->ended(); });
+}
+
+// A decode that found the cache full (llama_decode returned 1: no cells for
+// the batch; only the sequences of a kv_unified session can outgrow it,
+// docs/decisions/0113). llama.cpp placed none of the batch, so nothing is
+// undone and the step's sequences plan again in the next step. Room is made
+// with as little loss as possible: first the prompt prefixes that idle slots
+// keep are dropped (a later request only loses their reuse); when they held
+// no cells, the most recently admitted running request ends with an error
+// that names the cause, and its cells, kept prefix and checkpoints go.
+// false: nothing to free or end (the decode fails as any other would).
+bool make_room(sa_session & s, const std::vector<Sequence *> & seqs) {
+    llama_memory_t mem = llama_get_memory(s.ctx_tgt);
+    bool freed = false;
+    for (const auto & slot : s.engine->slots) {
+        if (runs_on(*slot, seqs) || llama_memory_seq_pos_max(mem, slot->seq) < 0) continue;
+        slot->prefix->drop(s);
+        slot->cells.store(0);
+        freed = true;
+    }
+    if (freed) return true;
+    Sequence * newest = nullptr;
+    int32_t n_running = 0;
+    for (Sequence * q : seqs) {
+        if (!q->started() || q->ended()) continue;
+        ++n_running;
+        if (newest == nullptr || q->admitted_at() > newest->admitted_at()) newest = q;
+    }
+    if (newest == nullptr) return false;
+    const std::string n_cells = std::to_string(llama_n_ctx(s.ctx_tgt));
+    newest->evict_for_room(
+        "Context size has been exceeded: the " + n_cells + " cells of the KV cache that the session's sequences share "
+        "are full, and this request, the most recently admitted of the " + std::to_string(n_running) +
+        " running, was ended so that the others can finish; raise n_ctx (-c), or run fewer requests at once "
+        "(parallel) or ask for fewer tokens (max_tokens / n_predict)");
+    return true;
+}
+
 // One step for the sequences given: those already decoding draft first (so
 // a prompt never crowds out a verification), their drafts are chosen
 // together, then prompts take what is left; one decode, each takes its
@@ -259,6 +301,7 @@ void step(sa_session & s, const std::vector<Sequence *> & seqs) {
     const std::string rpc = rpc_failure(*s.model);
     if (ret == 0 && !rpc.empty()) ret = -3;
     if (ret == 0) learn_time_per_token(e, batch.size(), t_us);
+    if (ret == 1 && rpc.empty() && make_room(s, seqs)) return;  // a full cache: no sequence took part
     if (ret != 0) {
         const std::string detail = rpc.empty() ? last_native_log_error() : rpc;
         for (Sequence * q : in) q->decode_failed(ret, detail);

@@ -367,6 +367,11 @@ void Sequence::decode_failed(int32_t ret, const std::string & detail) {
                    (ret == 1 ? ": the context is full; raise n_ctx" : detail.empty() ? "" : ": " + detail));
 }
 
+void Sequence::evict_for_room(const std::string & why) {
+    if (ended_) return;
+    end_with_error(SA_ERR_DECODE, why);  // an error drops the prefix: its cells and checkpoints go
+}
+
 void Sequence::complete(const common_batch & batch, int64_t t_us, bool priced) {
     if (ended_) return;
     const int32_t n_chunk = step_.i_chunk1 - step_.i_chunk0;

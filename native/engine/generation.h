@@ -100,6 +100,10 @@ public:
     void decode_failed(int32_t ret, const std::string & what);
     // The draft context could not read the step's decoded batch: ends the request.
     void drafter_failed();
+    // The shared cache is full and this sequence was chosen to make room
+    // (docs/decisions/0113): ends the request with an error that says why and
+    // frees its cells, its kept prefix and its checkpoints.
+    void evict_for_room(const std::string & why);
 
 private:
     enum class Phase { Start, Prefill, Decode, Ended };

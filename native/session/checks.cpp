@@ -137,7 +137,15 @@ sa_status validate_context_params(const sa_context_params & c) {
     if (c.prefill_step_ms < 0 || c.prefill_step_ms > 600000) {
         return fail(SA_ERR_INVALID_ARG, range_msg("prefill_step_ms", c.prefill_step_ms, "must be between 0 (no cut) and 600000"));
     }
-    if ((uint64_t) c.n_ctx * (uint64_t) std::max(c.n_seq, 1) > ((uint64_t) 1 << 24)) {
+    if (c.kv_unified < 0 || c.kv_unified > 1) return fail(SA_ERR_INVALID_ARG, range_msg("kv_unified", c.kv_unified, "must be 0 or 1"));
+    if (c.n_ctx_seq_max < 0 || (c.n_ctx_seq_max > 0 && c.n_ctx_seq_max < 16)) {
+        return fail(SA_ERR_INVALID_ARG, range_msg("n_ctx_seq_max", c.n_ctx_seq_max, "must be 0 (the whole cache) or >= 16"));
+    }
+    if (c.n_ctx_seq_max > 0 && c.kv_unified == 0) {
+        return fail(SA_ERR_INVALID_ARG, "n_ctx_seq_max caps a sequence of a shared cache; it needs kv_unified=1");
+    }
+    const uint64_t n_seq_cache = c.kv_unified ? 1 : (uint64_t) std::max(c.n_seq, 1);  // one shared cache of n_ctx
+    if ((uint64_t) c.n_ctx * n_seq_cache > ((uint64_t) 1 << 24)) {
         return fail(SA_ERR_INVALID_ARG, "n_ctx=" + std::to_string(c.n_ctx) + " times n_seq=" + std::to_string(c.n_seq) +
                     " is over 2^24 tokens of cache; use fewer sequences or a smaller n_ctx");
     }

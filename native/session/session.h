@@ -57,6 +57,7 @@ struct sa_session {
     int32_t n_seq = 1;      // sequences of the context (sa_context_params.n_seq)
     int32_t prefill_step_ms = 0;  // sa_context_params.prefill_step_ms
     int32_t n_ctx_seq = 0;  // positions each sequence may hold
+    bool kv_unified = false;  // the sequences share one cache of n_ctx cells (docs/decisions/0113)
     // Its slots, each with its own stats, prefix cache and drafter (engine.h).
     std::unique_ptr<sa::Engine> engine;
     // The faults a test armed (abi/testing_abi.cpp), made when it armed the

@@ -18,8 +18,10 @@ llama_context_params make_context_params(const sa_context_params & c, const Draf
     llama_context_params cp = llama_context_default_params();
     const int32_t n_seq = std::max(c.n_seq, 1);
     // n_ctx is per sequence: one unified cache of n_seq times it, where no
-    // sequence holds more than n_ctx cells (docs/decisions/0050)
-    cp.n_ctx = c.n_ctx * (uint32_t) n_seq;
+    // sequence holds more than n_ctx cells (docs/decisions/0050); with
+    // kv_unified, n_ctx is the whole cache, which any sequence may fill
+    // (docs/decisions/0113)
+    cp.n_ctx = c.kv_unified ? c.n_ctx : c.n_ctx * (uint32_t) n_seq;
     cp.n_batch = c.n_batch;
     cp.n_ubatch = c.n_ubatch;
     cp.n_seq_max = (uint32_t) n_seq;
@@ -39,6 +41,15 @@ llama_context_params make_context_params(const sa_context_params & c, const Draf
     cp.abort_callback_data = s;
     cp.no_perf = false;
     return cp;
+}
+
+// The cells one sequence may hold of a cache of n_cells: its share, or with
+// kv_unified the n_ctx asked for (llama.cpp pads the cache to a multiple of
+// 256 cells: the rest is slack for the others), up to n_ctx_seq_max.
+int32_t seq_budget(const sa_context_params & c, uint32_t n_cells, int32_t n_seq) {
+    if (!c.kv_unified) return (int32_t) (n_cells / (uint32_t) n_seq);
+    const int32_t n_whole = c.n_ctx > 0 ? (int32_t) std::min(c.n_ctx, n_cells) : (int32_t) n_cells;
+    return c.n_ctx_seq_max > 0 ? std::min(n_whole, c.n_ctx_seq_max) : n_whole;
 }
 
 }  // namespace
@@ -95,7 +106,10 @@ sa_status create_draft_context(sa_session & s, const llama_context_params & cp) 
     const int32_t type = s.plan.type;
     llama_context_params dp = cp;
     dp.ctx_type = type == SA_SPEC_DRAFT_MTP ? LLAMA_CONTEXT_TYPE_MTP : LLAMA_CONTEXT_TYPE_DEFAULT;
-    dp.n_ctx = llama_n_ctx(s.ctx_tgt);
+    // A shared cache fills as the target's does (docs/decisions/0113): room
+    // for every sequence's draft beyond it, so the target finds it full first.
+    const uint32_t n_draft_room = (uint32_t) (std::max(s.plan.n_draft, s.plan.n_verify) + 2) * (uint32_t) s.n_seq;
+    dp.n_ctx = llama_n_ctx(s.ctx_tgt) + (s.kv_unified ? n_draft_room : 0);
     dp.n_rs_seq = 0;
     dp.ctx_other = s.ctx_tgt;
     dp.type_k = GGML_TYPE_F16;
@@ -170,6 +184,7 @@ sa_status create_session(sa_session & s, const sa_context_params & c) {
 #endif
     const int32_t type = s.plan.type;
     s.n_seq = std::max(c.n_seq, 1);
+    s.kv_unified = c.kv_unified != 0;
     if (uses_draft_context(type)) {
         if (sa_status st = create_draft_context(s, cp); st != SA_OK) return st;
     }
@@ -182,7 +197,7 @@ sa_status create_session(sa_session & s, const sa_context_params & c) {
         if (sa_status st = create_speculative(s); st != SA_OK) return st;
     }
     s.prefill_step_ms = c.prefill_step_ms;
-    s.n_ctx_seq = (int32_t) (llama_n_ctx(s.ctx_tgt) / (uint32_t) s.n_seq);
+    s.n_ctx_seq = seq_budget(c, llama_n_ctx(s.ctx_tgt), s.n_seq);
     return create_engine(s, s.n_seq);
 }
 

@@ -8,7 +8,7 @@ import os
 import signal
 import sys
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .._errors import ConfigError
 from .._limits import BodyLimits, GrammarLimits
@@ -49,8 +49,17 @@ def add_parser(sub: Subcommands) -> None:
     p.add_argument("--api-key", metavar="KEY",
                    help="require `Authorization: Bearer KEY` or `X-Api-Key: KEY` on every route but /health "
                         "and /metrics (default: the SPEC_ACTOR_API_KEY environment variable, or no key)")
-    p.add_argument("-c", "--n-ctx", type=positive_int, default=4096, metavar="N",
-                   help="context size of each actor in tokens (default: 4096)")
+    p.add_argument("-c", "--n-ctx", type=positive_int, default=None, metavar="N",
+                   help="context size of each actor in tokens (default: 4096); with --kv-unified, the size of the "
+                        "one KV cache the pool's actors share")
+    p.add_argument("-kvu", "--kv-unified", action=argparse.BooleanOptionalAction, default=False,
+                   help="the batched pool's actors share one KV cache of -c cells, and any one request may fill it "
+                        "(as llama-server's --kv-unified); when it is full, the most recently admitted request "
+                        "ends with a 500 \"Context size has been exceeded\" and the others go on (default: off, "
+                        "each actor has -c of its own)")
+    p.add_argument("--kv-unified-per-slot", type=positive_int, metavar="N",
+                   help="with a shared cache, the most cells one request may hold; implies --kv-unified, and "
+                        "without -c the cache is --pool times N (as llama-server's)")
     p.add_argument("-t", "--threads", type=positive_int, metavar="N",
                    help="CPU threads of each actor (default: the CPUs, shared by the actors generating at once)")
     p.add_argument("-b", "--batch-size", type=positive_int, metavar="N",
@@ -208,10 +217,11 @@ def run(args: argparse.Namespace) -> int:
             options[name] = value
     if not args.prefix_cache:
         options["prefix_cache"] = False
+    n_ctx = _shared_cache(args, options)
 
     async def serve() -> int:
         async with open_server(model, host=_list(args.host), port=port, pool=args.pool, spec=spec,
-                               api_key=api_key, n_ctx=args.n_ctx, max_queue=args.max_queue, max_body=args.max_body,
+                               api_key=api_key, n_ctx=n_ctx, max_queue=args.max_queue, max_body=args.max_body,
                                model_name=names[0] if names else None, model_aliases=names[1:], model_tags=tags,
                                limits=limits, chat_template=template, cors_origins=origins, defaults=defaults,
                                metrics_endpoint=args.metrics, slots_endpoint=args.slots,
@@ -219,7 +229,8 @@ def run(args: argparse.Namespace) -> int:
                                reload=lambda: open_model(args, mtp=mtp), **options) as server:
             with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
                 print(f"spec-actor: serving {server.state.model_name} on {server.url} "
-                      f"(spec {server.pool.actors[0].spec.type}, pool {args.pool}, n_ctx {args.n_ctx}); "
+                      f"(spec {server.pool.actors[0].spec.type}, pool {args.pool}, n_ctx {n_ctx}"
+                      f"{' shared' if args.kv_unified else ''}); "
                       "Ctrl-C to stop", file=sys.stderr, flush=True)
                 async for signum in signals:
                     print(f"spec-actor: {signal.Signals(signum).name}: stopping", file=sys.stderr, flush=True)
@@ -246,6 +257,21 @@ def _sleep_seconds(seconds: float) -> float | None:
         raise CliError(f"argument --sleep-idle-seconds: invalid value {seconds!r}: expected seconds > 0, "
                        "or -1 for never", exit_code=2)
     return seconds
+def _shared_cache(args: argparse.Namespace, options: dict[str, Any]) -> int:
+    """The pool's n_ctx, with --kv-unified's options added to ``options`` (docs/decisions/0113).
+
+    --kv-unified-per-slot implies --kv-unified and, without -c, sizes the
+    shared cache to --pool times it, as llama-server does.
+    """
+    per_slot = args.kv_unified_per_slot
+    if per_slot is not None:
+        args.kv_unified = True
+        options["kv_unified_per_slot"] = per_slot
+    if args.kv_unified:
+        options["kv_unified"] = True
+    if args.n_ctx is not None:
+        return int(args.n_ctx)
+    return args.pool * per_slot if per_slot is not None else 4096
 
 
 def _spec(args: argparse.Namespace) -> Spec | None:

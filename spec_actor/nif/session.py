@@ -47,7 +47,8 @@ def _sa_on_events(user: Any, data: Any, size: int) -> int:
 
 def new(model: Any, *, spec: Mapping[str, Any], draft_model: Any, n_ctx: int, n_batch: int, n_ubatch: int,
         n_threads: int, n_threads_batch: int, type_k: int, type_v: int, flash_attn: int,
-        threads_budgeted: bool = False, n_seq: int = 1, prefill_step_ms: int = 0) -> SessionHandle:
+        threads_budgeted: bool = False, n_seq: int = 1, prefill_step_ms: int = 0, kv_unified: bool = False,
+        n_ctx_seq_max: int = 0) -> SessionHandle:
     """Create a session (contexts + speculative state) on a loaded model.
 
     ``spec`` holds the ``sa_spec_params`` fields by name, with ``type`` as
@@ -56,6 +57,8 @@ def new(model: Any, *, spec: Mapping[str, Any], draft_model: Any, n_ctx: int, n_
     ``threads_budgeted``: the thread counts are defaults, which the
     process-wide thread budget may lower while other sessions generate.
     ``n_seq``: sequences run together in one batch (n_ctx is per sequence).
+    ``kv_unified``: n_ctx is one cache the sequences share, which any one
+    may fill up to ``n_ctx_seq_max`` cells (0: all of it).
     ``prefill_step_ms``: the time a step with prompt chunks beside decoding
     sequences aims at (0: prompts fill n_batch).
     """
@@ -64,7 +67,7 @@ def new(model: Any, *, spec: Mapping[str, Any], draft_model: Any, n_ctx: int, n_
         "n_ctx": n_ctx, "n_batch": n_batch, "n_ubatch": n_ubatch, "n_threads": n_threads,
         "n_threads_batch": n_threads_batch, "type_k": type_k, "type_v": type_v, "flash_attn": flash_attn,
         "threads_budgeted": int(threads_budgeted), "n_seq": n_seq,
-        "prefill_step_ms": prefill_step_ms,
+        "prefill_step_ms": prefill_step_ms, "kv_unified": int(kv_unified), "n_ctx_seq_max": n_ctx_seq_max,
     }, keepalive)  # fmt: skip
     sparams = _spec_params(spec, draft_model, keepalive)
     out = ffi.new("sa_session **")

@@ -133,7 +133,7 @@ class _PoolCollector:
                         reading.queued, prefix)
             yield gauge("kv_cache_usage_perc", "KV-cache utilization from 0 to 1: cells held over cells available, "
                         "summed over the actors' sequences; running requests' cells and the prompt prefixes kept "
-                        "between requests count as held.", held / available if available else 0.0, prefix)
+                        "between requests count as held.", min(held / available, 1.0) if available else 0.0, prefix)
         yield counter("prompt_tokens", "Prompt tokens of the requests.", snap.prompt_tokens)
         yield counter("prefix_cache_queries", "Prompt tokens looked up in the actors' prefix caches.",
                       snap.prompt_tokens)
