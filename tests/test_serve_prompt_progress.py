@@ -118,6 +118,29 @@ async def test_completions_stream_the_reports_as_empty_text(gemma):
     assert [c["choices"] for c in told[len(progress):]] == [c["choices"] for c in plain]
 
 
+@pytest.mark.parametrize("path,body", [
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": PROMPT}]}),
+    ("/v1/completions", {"prompt": PROMPT}),
+])
+async def test_openai_streams_carry_the_timings_so_far_with_timings_per_token(gemma, path, body):
+    body = body | {"max_tokens": 8, "stream": True, "stream_options": {"include_usage": True}}
+    async with _serving(gemma) as server, http(server) as client:
+        told = await _stream(client, path, body | {"timings_per_token": True, "return_progress": True})
+        plain = await _stream(client, path, body)
+    progress = [c for c in told if "prompt_progress" in c]
+    text = [c for c in told[len(progress):] if c["choices"] and c["choices"][0]["finish_reason"] is None]
+    assert progress and text
+    # the reports carry the prompt's timings so far; the pieces of text the tokens made so far
+    assert [c["timings"]["prompt_n"] for c in progress] == [c["prompt_progress"]["processed"] for c in progress]
+    made = [c["timings"]["predicted_n"] for c in text]
+    assert made == sorted(made) and made[0] >= 1 and made[-1] <= told[-1]["usage"]["completion_tokens"]
+    # without it, no timings before the end; the same text
+    assert not any("timings" in c for c in plain if c["choices"] and c["choices"][0]["finish_reason"] is None)
+    assert [c["choices"] for c in text] == [c["choices"] for c in plain if c["choices"] and
+                                           c["choices"][0]["finish_reason"] is None and
+                                           c["choices"][0].get("delta", {}).get("role") is None]
+
+
 async def test_responses_report_on_in_progress_events(gemma):
     body = {"input": PROMPT, "max_output_tokens": 4, "stream": True}
     async with _serving(gemma) as server, http(server) as client:
@@ -141,6 +164,8 @@ async def test_a_whole_answer_has_no_reports(gemma):
     ("/completion", {"prompt": "Hi"}, "timings_per_token"),
     ("/v1/completions", {"prompt": "Hi"}, "return_progress"),
     ("/v1/chat/completions", {"messages": [{"role": "user", "content": "Hi"}]}, "return_progress"),
+    ("/v1/completions", {"prompt": "Hi"}, "timings_per_token"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "Hi"}]}, "timings_per_token"),
 ])
 async def test_the_flags_must_be_booleans(gemma, path, body, field):
     async with serving(gemma) as server, http(server) as client:

@@ -88,7 +88,7 @@ class NativeAnswer(Answer):
                 self.probs[i].append(ev)
             return
         chunk = self._chunk(choice, ev.text, [ev.id])
-        if self.native.timings_per_token:
+        if self.job.timings_per_token:
             chunk["timings"] = timings(choice.stats(), choice.tokens)
         if self.native.n_probs:
             chunk["completion_probabilities"] = native_probabilities([ev], self.state.pool.model.tokenizer,
@@ -101,7 +101,7 @@ class NativeAnswer(Answer):
         if not self.exchange.started:
             await self._open_stream()
         chunk = self._chunk(choice, "", [])
-        if self.native.timings_per_token:
+        if self.job.timings_per_token:
             chunk["timings"] = progress_timings(ev)
         await self.exchange.send_event(chunk | {"prompt_progress": prompt_progress(ev)})
 
@@ -145,7 +145,7 @@ class NativeAnswer(Answer):
                                        speculative_type=self.state.pool.actors[0].spec.type,
                                        ignore_eos=self.native.ignore_eos,
                                        post_sampling_probs=self.native.post_sampling_probs,
-                                       timings_per_token=self.native.timings_per_token)
+                                       timings_per_token=self.job.timings_per_token)
         answer = {
             "index": i,
             "content": "" if self.job.stream else "".join(choice.text),

@@ -36,7 +36,7 @@ from ._prepare import Prepared
 from ._responses import Reply
 from ._logprobs import LogprobsShaper
 from ._state import Cancellation, ServerState
-from ._timings import prompt_progress, speculation_fields
+from ._timings import progress_timings, prompt_progress, speculation_fields, timings
 from ._tools import delta_json, tool_calls_json
 
 
@@ -287,7 +287,7 @@ class Answer:
             choice.text.append(ev.text)
             await self._send_deltas(choice, partial=True)
         elif self.job.stream:
-            await self.exchange.send_event(choice.with_logprobs(self.reply.piece(ev.text, choice.index)))
+            await self.exchange.send_event(self._with_timings(choice, self.reply.piece(ev.text, choice.index)))
         else:
             choice.text.append(ev.text)
 
@@ -297,7 +297,14 @@ class Answer:
         for delta in choice.differ.update("".join(choice.text), partial=partial):
             chunk = self.reply.piece("", choice.index)
             chunk["choices"][0]["delta"] = delta_json(delta)
-            await self.exchange.send_event(choice.with_logprobs(chunk))
+            await self.exchange.send_event(self._with_timings(choice, chunk))
+
+    def _with_timings(self, choice: Choice, chunk: dict[str, Any]) -> dict[str, Any]:
+        """A streamed chunk of ``choice`` with its logprobs, and the ``timings`` so far with ``timings_per_token``."""
+        chunk = choice.with_logprobs(chunk)
+        if self.job.timings_per_token:
+            chunk["timings"] = timings(choice.stats(), choice.tokens)
+        return chunk
 
     async def _progress(self, choice: Choice, ev: Progress) -> None:
         """A streamed report of the prompt's evaluation (``return_progress``), as llama-server sends it: a chat's
@@ -305,6 +312,8 @@ class Answer:
         if not self.exchange.started:
             await self.exchange.start_events()
         chunk = self.reply.opening(choice.index) or self.reply.piece("", choice.index)
+        if self.job.timings_per_token:
+            chunk["timings"] = progress_timings(ev)
         await self.exchange.send_event(chunk | {"prompt_progress": prompt_progress(ev)})
 
     async def _open_stream(self) -> None:

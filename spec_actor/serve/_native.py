@@ -21,7 +21,7 @@ from .._limits import GrammarLimits
 from .._validate import MAX_TOP_LOGPROBS
 from ._errors import bad_request
 from ._fields import get_field, json_object, json_type, short
-from ._params import Job, NativeFields, request_options, unsupported
+from ._params import Job, NativeFields, request_options, timings_per_token, unsupported
 from ._settings import SAMPLERS
 
 __all__ = ["parse_native"]
@@ -78,11 +78,10 @@ def parse_native(body: object, n_vocab: int, grammar_limits: GrammarLimits = Gra
     # an empty list asks for every field, as llama-server reads it
     native = NativeFields(n_predict, n_probs, return_tokens, tuple(fields) if fields else None,
                           ignore_eos=get_field(body, "ignore_eos", bool, default=False), prompts=tuple(prompts),
-                          post_sampling_probs=post_sampling,
-                          timings_per_token=get_field(body, "timings_per_token", bool, default=False))
+                          post_sampling_probs=post_sampling)
     return Job("native", get_field(body, "stream", bool, default=False), False,
                max_tokens=None if n_predict < 0 else n_predict, prompt=prompts[0], options=options, native=native,
-               n=n)
+               n=n, timings_per_token=timings_per_token(body))
 
 
 def _n_cmpl(body: dict[str, Any], max_choices: int) -> int:

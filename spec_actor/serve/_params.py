@@ -63,8 +63,6 @@ class NativeFields:
     """Every prompt of the request (llama-server takes several); the job's ``prompt`` is the first."""
     post_sampling_probs: bool = False
     """Whether ``completion_probabilities`` are the sampler's (``prob``), not the raw logits' (``logprob``)."""
-    timings_per_token: bool = False
-    """Whether each streamed event carries the ``timings`` so far (``timings_per_token``), not only the last."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +89,8 @@ class Job:
     """Choices to generate, each a sequence of the pool (``n``)."""
     verbose: bool = False
     """Add llama-server's ``__verbose`` object (the prompt as text) to a whole OpenAI answer (``verbose``)."""
+    timings_per_token: bool = False
+    """Streaming: every event carries the ``timings`` so far, not only the last (llama-server's ``timings_per_token``)."""
 
 
 def parse_completion(body: object, n_vocab: int, grammar_limits: GrammarLimits = GrammarLimits(),
@@ -113,7 +113,7 @@ def parse_completion(body: object, n_vocab: int, grammar_limits: GrammarLimits =
     max_tokens = _max_tokens(body, ("max_tokens",), COMPLETION_MAX_TOKENS)
     options = request_options(body, grammar_limits) | {"logprobs": completion_logprobs_option(body)}
     return Job("completion", *stream_fields(body), max_tokens=max_tokens, prompt=prompt, options=options, n=n,
-               verbose=_verbose(body))
+               verbose=_verbose(body), timings_per_token=timings_per_token(body))
 
 
 def parse_chat(body: object, grammar_limits: GrammarLimits = GrammarLimits(), max_choices: int = 1) -> Job:
@@ -129,7 +129,7 @@ def parse_chat(body: object, grammar_limits: GrammarLimits = GrammarLimits(), ma
     options = (request_options(body, grammar_limits) | {"logprobs": chat_logprobs_option(body)} | tool_options(body)
                | _template_kwargs(body))
     return Job("chat", *stream_fields(body), max_tokens=max_tokens, messages=messages, options=options, n=n,
-               verbose=_verbose(body))
+               verbose=_verbose(body), timings_per_token=timings_per_token(body))
 
 
 def check_chat_turns(body: dict[str, Any], job: Job) -> None:
@@ -165,6 +165,11 @@ def _choices(body: dict[str, Any], max_choices: int) -> int:
     get_field(body, "model", str, default=None)
     get_field(body, "user", str, default=None)
     return n
+
+
+def timings_per_token(body: dict[str, Any]) -> bool:
+    """llama-server's ``timings_per_token``: whether every streamed event carries the ``timings`` so far."""
+    return get_field(body, "timings_per_token", bool, default=False)
 
 
 def _verbose(body: dict[str, Any]) -> bool:
