@@ -18,7 +18,8 @@ Sequence::Sequence(sa_session & s, Slot & slot, const sa_run_params & p, common_
       vocab_(llama_model_get_vocab(s.model->model)), mem_tgt_(llama_get_memory(s.ctx_tgt)),
       mem_dft_(s.ctx_dft ? llama_get_memory(s.ctx_dft) : nullptr), n_ctx_(s.n_ctx_seq),
       n_rs_((int32_t) llama_n_rs_seq(s.ctx_tgt)), drafter_(slot.drafter.get()), stats_(*slot.stats), prefix_(*slot.prefix),
-      n_logprobs_(n_logprobs), probs_after_sampling_(n_logprobs >= 0 && p.logprobs_after_sampling != 0), argmax_(picks_argmax(vocab_, p.sampling)),
+      n_logprobs_(n_logprobs), probs_after_sampling_(n_logprobs >= 0 && p.logprobs_after_sampling != 0),
+      keeps_sampled_probs_(probs_after_sampling_ && p.sampling.temp > 0.0f), argmax_(picks_argmax(vocab_, p.sampling)),
       hooks_(s.test_hooks.load(std::memory_order_acquire)) {
     prof_.start(hooks_ != nullptr ? &hooks_->profile : nullptr);
 }
@@ -439,11 +440,10 @@ void Sequence::verified(const common_batch & batch, int64_t t_us, int32_t n_othe
     std::vector<int> idxs((size_t) n_draft + 1);
     for (int32_t i = 0; i <= n_draft; ++i) idxs[(size_t) i] = step_.i_verify + i;
     const int64_t t_s0 = ggml_time_us();
-    const bool keeps_probs = probs_after_sampling_ && p_.sampling.temp > 0.0f;
-    llama_tokens ids = argmax_     ? argmax_sample_and_accept_n(s_.ctx_tgt, idxs, draft_)
-                     : keeps_probs ? sample_and_accept_n_keeping_probs(smpl_.get(), s_.ctx_tgt, idxs, draft_, n_logprobs_,
-                                                                       sampled_probs_)
-                                   : common_sampler_sample_and_accept_n(smpl_.get(), s_.ctx_tgt, idxs, draft_);
+    llama_tokens ids = argmax_              ? argmax_sample_and_accept_n(s_.ctx_tgt, idxs, draft_)
+                     : keeps_sampled_probs_ ? sample_and_accept_n_keeping_probs(smpl_.get(), s_.ctx_tgt, idxs, draft_,
+                                                                                n_logprobs_, sampled_probs_)
+                                            : common_sampler_sample_and_accept_n(smpl_.get(), s_.ctx_tgt, idxs, draft_);
     const int64_t t_sample = ggml_time_us() - t_s0;
     stats_.add(&Counters::t_sample_us, t_sample);
     prof_.verified(n_draft, step_.verify == Verify::Reverify);
@@ -499,7 +499,7 @@ void Sequence::verified(const common_batch & batch, int64_t t_us, int32_t n_othe
 }
 
 SampledProbs Sequence::probs_sampled_from(size_t k, llama_token id) const {
-    if (p_.sampling.temp > 0.0f && k < sampled_probs_.size()) return sampled_probs_[k];
+    if (keeps_sampled_probs_ && k < sampled_probs_.size()) return sampled_probs_[k];
     SampledProbs pick;  // greedy: the pick, with probability 1
     if (n_logprobs_ > 0) pick.top.emplace_back(id, 1.0f);
     return pick;

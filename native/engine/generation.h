@@ -135,7 +135,9 @@ private:
     const int32_t n_logprobs_;
     // token events carry the probabilities the sampler drew from, not the raw logits' (sa_run_params)
     const bool probs_after_sampling_;
-    std::vector<SampledProbs> sampled_probs_;  // of the last verification's tokens, when probs_after_sampling_ and sampled
+    // ... and the sampler draws (temperature above 0), so its candidates are read after each draw
+    const bool keeps_sampled_probs_;
+    std::vector<SampledProbs> sampled_probs_;  // of the last verification's tokens, when keeps_sampled_probs_
     const bool argmax_;  // greedy with nothing that could change the pick: sample by argmax (sampler.h)
     TestHooks * const hooks_;  // the faults a test armed before the run started; null: none (session/test_hooks.h)
     StepProfiler prof_;        // each verified step's time by part, when a benchmark asked (step_profile.h)
