@@ -154,3 +154,16 @@ class Rates:
     def median(self) -> float:
         """The median of `rates`."""
         return statistics.median(self.rates)
+
+    def paired_ratio(self, *baselines: Rates) -> float:
+        """Median over repetitions of this mode's rate over the best baseline's in the same repetition.
+
+        The runs of one repetition ran next to each other, so a phase of the
+        machine that slows every run for a while (a shared host's other
+        tenants) moves both sides of each ratio; ratios of medians taken
+        across repetitions compare runs minutes apart.
+        """
+        n = min(len(self.rates), *(len(b.rates) for b in baselines))
+        if n == 0:
+            raise ValueError("no repetition measured both sides")
+        return statistics.median(self.rates[i] / max(b.rates[i] for b in baselines) for i in range(n))

@@ -118,14 +118,18 @@ def write_hybrid_mtp_model(path: str | os.PathLike[str], dims: Dims = HYBRID_DIM
     compute but leave the greedy path and the MTP block's acceptance about
     as they are. ``ssm`` sizes the delta-net blocks, and so the recurrent
     state that rollback snapshots and checkpoints copy: `QWEN35_SSM` gives
-    each block a released Qwen 3.5 model's state at this tiny width.
+    each block a released Qwen 3.5 model's state at this tiny width. A wider
+    ``n_embd`` (at least 64) keeps the same language in the first 64
+    dimensions (`base_embeddings`): its weights then take the larger share of
+    a step that they take in a real model, so that verifying a few tokens
+    costs less than as many steps.
     """
     d = dims
     if d.n_layer < 2 or d.n_layer % 2:
         raise ValueError(f"a hybrid trunk needs an even n_layer >= 2, got {d.n_layer}")
     n = d.n_embd
     vocab = build_vocab()
-    emb, out = base_embeddings(vocab, SEED)
+    emb, out = base_embeddings(vocab, SEED, n)
     rng = Rng(SEED + _SEED_OFFSET)
     t: dict[str, np.ndarray] = {
         "token_embd.weight": emb,

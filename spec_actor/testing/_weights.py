@@ -55,8 +55,8 @@ BASE_EMBD = 64
 LOGIT_STD = 4.0  # std of a printable token's logit for a unit-RMS hidden state
 
 
-def base_embeddings(vocab: Vocab, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """Token embedding and output matrix shared by all tiny models.
+def base_embeddings(vocab: Vocab, seed: int, n_embd: int = BASE_EMBD) -> tuple[np.ndarray, np.ndarray]:
+    """Token embedding and output matrix shared by all tiny models, ``n_embd`` wide.
 
     Dimension 0 of every embedding is a large constant, so after the final
     RMS norm it is a positive "bias" input of about 3; the output rows of
@@ -73,7 +73,19 @@ def base_embeddings(vocab: Vocab, seed: int) -> tuple[np.ndarray, np.ndarray]:
     out[:, 0] = 0.0
     out[~vocab.printable] = 0.0
     out[~vocab.printable, 0] = -5.0
-    return emb, out
+    if n_embd == BASE_EMBD:
+        return emb, out
+    if n_embd < BASE_EMBD:
+        raise ValueError(f"n_embd must be at least {BASE_EMBD}, got {n_embd}")
+    # A wider model keeps the same language: its embedding and output rows are
+    # zero past the first BASE_EMBD dimensions. The final RMS norm then scales
+    # those dimensions up by about sqrt(n_embd / BASE_EMBD), which the output
+    # rows scale back, so the logits stay about as sharp as at BASE_EMBD.
+    wide_emb = np.zeros((n_vocab, n_embd), dtype=np.float32)
+    wide_emb[:, :BASE_EMBD] = emb
+    wide_out = np.zeros((n_vocab, n_embd), dtype=np.float32)
+    wide_out[:, :BASE_EMBD] = out * np.float32(np.sqrt(BASE_EMBD / n_embd))
+    return wide_emb, wide_out
 
 
 def common_kv(arch: str, name: str, d: Dims, n_blocks: int) -> dict[str, GGUFValue]:
