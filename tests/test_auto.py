@@ -206,20 +206,19 @@ def test_a_model_drafter_that_pays_is_kept(mtp_model):
 PROHIBITIVE_STEP_COST_US = [1.0 + 1e6 * n for n in range(33)]
 
 
-def test_a_model_drafter_that_can_never_pay_is_dropped_after_its_first_draft(mtp_model):
-    """Not after a judging window: its first draft measures what it costs, and that already rules it out.
+def model_arm_runs(model, spec: Spec, step_cost_us: list[float]) -> tuple[list, int, list[tuple[int, bool]]]:
+    """Two fresh greedy runs of TINY_PROMPT under a fixed step cost.
 
-    Under PROHIBITIVE_STEP_COST_US no draft can beat plain decoding however
-    much of it is accepted, so the MTP arm drafts once (at the first step) and its
-    context reads the prompt and that step's batch, nothing more. A fresh run
-    re-admits it, and the same happens again.
+    Returns the runs, the batches the arm read in a one-token run (the
+    prompt's and the first step's) and the arm after each run (batches read
+    this session, dropped).
     """
-    with Session(mtp_model, spec="none", n_ctx=512, n_threads=1) as plain:
+    with Session(model, spec="none", n_ctx=512, n_threads=1) as plain:
         expected = greedy(plain, TINY_PROMPT, N_TINY).tokens
-    with Session(mtp_model, spec="auto", n_ctx=512, n_threads=1) as session:
-        nt.fix_step_cost_table(session._handle, PROHIBITIVE_STEP_COST_US)
-        greedy(session, TINY_PROMPT, 1)  # the prompt's batches alone: one token, no step drafts
-        prompt_batches, _ = nt.auto_model_arm(session._handle)
+    with Session(model, spec=spec, n_ctx=512, n_threads=1) as session:
+        nt.fix_step_cost_table(session._handle, step_cost_us)
+        greedy(session, TINY_PROMPT, 1)  # the prompt's batches and its first step's: one token, no draft
+        first_batches, _ = nt.auto_model_arm(session._handle)
         runs, arms = [], []
         for _ in range(2):
             session.forget()
@@ -228,11 +227,44 @@ def test_a_model_drafter_that_can_never_pay_is_dropped_after_its_first_draft(mtp
     for run in runs:
         assert_consistent(run, N_TINY)
         assert run.tokens == expected
-        mtp = drafter(run, "draft-mtp")
-        assert mtp is not None and mtp.steps == 1, run.stats.summary()
-    # batches read this session: per run, the prompt's and the one drafting step's
-    per_run = prompt_batches + 1
-    assert arms == [(prompt_batches + per_run, True), (prompt_batches + 2 * per_run, True)]
+    return runs, first_batches, arms
+
+
+def test_a_model_drafter_that_can_never_pay_is_dropped_after_its_first_draft(tiny_target, tiny_dflash):
+    """Decision 0077: not after a judging window: its first draft measures what it costs, and that rules it out.
+
+    Under PROHIBITIVE_STEP_COST_US no draft can beat plain decoding however
+    much of it is accepted. DFlash drafts its block in one pass, so its cost
+    is known only once it drafted: the arm drafts once (at the first step)
+    and its context reads the prompt and that step's batch, nothing more. A
+    fresh run re-admits it, and the same happens again.
+    """
+    runs, first_batches, arms = model_arm_runs(tiny_target, Spec("auto", draft_model=tiny_dflash),
+                                               PROHIBITIVE_STEP_COST_US)
+    for run in runs:
+        dflash = drafter(run, "draft-dflash")
+        assert dflash is not None and dflash.steps == 1, run.stats.summary()
+    per_run = first_batches + 1  # batches read per run: the prompt's, the first step's and the drafting step's
+    assert arms == [(first_batches + per_run, True), (first_batches + 2 * per_run, True)]
+
+
+FEEDS_BEFORE_PRICING = 2
+"""Steps whose batches an MTP arm reads before it is priced at the prior (native/draft/model_arm.cpp)."""
+
+
+def test_an_mtp_drafter_that_cannot_pay_at_the_prior_never_drafts(mtp_model):
+    """Decision 0116: an MTP draft is one pass of its context per drafted token, as its feed of a step is.
+
+    So the arm is priced before it drafts, from its feed and the acceptance
+    prior. Under PROHIBITIVE_STEP_COST_US no length pays: the arm reads the
+    prompt and FEEDS_BEFORE_PRICING steps' batches, is dropped without a
+    draft, and a fresh run re-admits it only for the same to happen again.
+    """
+    runs, first_batches, arms = model_arm_runs(mtp_model, Spec("auto"), PROHIBITIVE_STEP_COST_US)
+    for run in runs:
+        assert drafter(run, "draft-mtp") is None, run.stats.summary()
+    per_run = first_batches - 1 + FEEDS_BEFORE_PRICING  # the prompt's and the steps' it was priced on
+    assert arms == [(first_batches + per_run, True), (first_batches + 2 * per_run, True)]
 
 
 # -- choosing -------------------------------------------------------------------
@@ -307,7 +339,9 @@ def test_exploring_steps_lose_at_most_their_share_of_the_run(request, model_name
 
 
 def test_mtp_is_chosen_when_it_is_the_only_model_drafter(mtp_model, mtp_model_without_mtp):
+    # under a table where drafting is cheap (on the tiny model's own costs MTP cannot pay, decision 0116)
     with Session(mtp_model, spec="auto", n_ctx=512, n_threads=1) as session:
+        nt.fix_step_cost_table(session._handle, CHEAP_DRAFTS_US)
         result = greedy(session, TINY_PROMPT, N_TINY)
     mtp = drafter(result, "draft-mtp")
     assert mtp is not None and mtp.steps > 0 and mtp.drafted > 0, result.stats.summary()

@@ -5,6 +5,7 @@
 #include "ggml.h"
 
 #include <algorithm>
+#include <limits>
 
 // llama.cpp's own (src/llama-ext.h, exported but not installed): whether a
 // context copies out the hidden rows an MTP head reads (nextn embeddings).
@@ -23,6 +24,8 @@ constexpr uint64_t kModelExploreMax = 1024;
 // from its kJudgeAfter-th step since it was admitted (decision 0062).
 constexpr double kNetDecay = 1.0 - 1.0 / 32.0;
 constexpr uint64_t kJudgeAfter = 16;
+// An arm priced before its first draft is priced after this many steps' feeds.
+constexpr uint64_t kFeedsBeforePricing = 2;
 }  // namespace
 
 void ModelArm::init(common_speculative * model, int32_t model_id, int32_t n_max, llama_context * ctx_tgt,
@@ -65,6 +68,8 @@ bool ModelArm::asks(uint64_t step, int32_t n, const Alternative & alt, double fi
                     const BatchShare & share, const RollbackPrice & rb) {
     arm_.accept.expected(arm_.expected, first_prior);
     first_prior_ = first_prior;
+    // one whose drafts judge() prices before it drafts waits for that (decision 0116)
+    if (judged_drafts_ == 0 && priced_before_drafting() && judged_steps_ < kFeedsBeforePricing) return false;
     const double d_m = alt.timed && arm_.costed ? arm_.cost_us : 0.0;
     const double rate = best_length(arm_.expected, price.cost(), n, n, alt.draft_us + d_m, alt.sample_us, 0, share, rb).rate;
     const bool on_merit = rate > alt.rate * kLongerMustBeat;
@@ -138,6 +143,7 @@ void ModelArm::admit() {
     judged_steps_ = 0;
     judged_drafts_ = 0;
     process_us_ = 0;
+    min_feed_us_ = std::numeric_limits<double>::infinity();
 }
 
 // A batch that a dropped arm may read from: the target starts over (the
@@ -171,25 +177,56 @@ void ModelArm::judge(size_t n_made, const Alternative & alt, const StepPrice & p
     const bool drafted = judged_drafts_ > 0 && arm_.costed;
     if (drafted) arm_.accept.expected(arm_.expected, first_prior_);
     const double expected = drafted ? expected_at(arm_.expected, n_max_) : (double) (n_max_ + 1);
-    const bool hopeless = loses_to_plain(expected, (double) process_us_, alt, price);
+    bool hopeless = judged_drafts_ > 0 && loses_to_plain(expected, arm_.cost_us, (double) process_us_, alt, price);
+    // before its first draft, one whose drafts can be priced from its feed
+    // is priced as the chooser would price them, at the prior (decision 0116)
+    if (process_us_ > 0) min_feed_us_ = std::min(min_feed_us_, (double) process_us_);
     process_us_ = 0;
     ++judged_steps_;
-    if (judged_drafts_ > 0 && (hopeless || (judged_steps_ >= kJudgeAfter && net_us_ < 0))) {
+    if (judged_drafts_ == 0 && priced_before_drafting() && judged_steps_ >= kFeedsBeforePricing) {
+        hopeless = prior_loses_to_plain(alt, price);
+    }
+    if (hopeless || (judged_drafts_ > 0 && judged_steps_ >= kJudgeAfter && net_us_ < 0)) {
         dropped_ = true;
         drop_pos_ = step_pos_;
         extract_hidden_rows(false);
     }
 }
 
-bool ModelArm::loses_to_plain(double tokens, double process_us, const Alternative & alt, const StepPrice & price) const {
-    // a step's sampling can take under a microsecond (0 measured): seen is what counts
-    if (!arm_.costed || !price.timed() || !price.sample_seen()) return false;
-    const int32_t n = n_max_;
+double ModelArm::rate_vs_plain(int32_t n, double tokens, double draft_us, double process_us, const Alternative & alt,
+                               const StepPrice & price) {
     const StepCost & cost = price.cost();
     const double s = price.sample_us();
     const double fixed = alt.draft_us + s;  // what every step pays, the plain one too
-    const double rate = tokens / (cost.at(n) + fixed + arm_.cost_us + process_us + s * (tokens - 1.0));
-    return rate < 1.0 / (cost.at(0) + fixed);
+    const double rate = tokens / (cost.at(n) + fixed + draft_us + process_us + s * (tokens - 1.0));
+    return rate * (cost.at(0) + fixed);
+}
+
+bool ModelArm::loses_to_plain(double tokens, double draft_us, double process_us, const Alternative & alt,
+                              const StepPrice & price) const {
+    // a step's sampling can take under a microsecond (0 measured): seen is what counts
+    if (!arm_.costed || !price.timed() || !price.sample_seen()) return false;
+    return rate_vs_plain(n_max_, tokens, draft_us, process_us, alt, price) < 1.0;
+}
+
+bool ModelArm::priced_before_drafting() const {
+    // a shared context is never judged (it serves the other sequences too)
+    return !shared_ && (arm_.id == SA_SPEC_DRAFT_MTP || arm_.id == SA_SPEC_DRAFT_EAGLE3);
+}
+
+bool ModelArm::prior_loses_to_plain(const Alternative & alt, const StepPrice & price) {
+    if (!price.timed() || !price.sample_seen()) return false;
+    // each drafted position is one forward pass of the draft context, as
+    // each step's feed is: a draft of n is priced at n feeds (the cheapest
+    // seen: a feed after a draft reads several tokens, the first one after
+    // the prompt may build its graph)
+    arm_.accept.expected(arm_.expected, first_prior_);
+    const double feed_us = min_feed_us_;
+    for (int32_t n = 1; n <= n_max_; ++n) {
+        const double tokens = expected_at(arm_.expected, n);
+        if (rate_vs_plain(n, tokens, (double) n * feed_us, feed_us, alt, price) >= 1.0) return false;
+    }
+    return true;
 }
 
 bool ModelArm::catch_up(const DraftInput & in) {

@@ -25,6 +25,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <limits>
 
 namespace sa {
 
@@ -137,6 +138,7 @@ private:
     uint64_t judged_steps_ = 0;
     uint64_t judged_drafts_ = 0;    // times the arm was asked to draft since admitted (one at least before a drop)
     int64_t process_us_ = 0;        // the arm's processing time in this step
+    double min_feed_us_ = std::numeric_limits<double>::infinity();  // the cheapest step's processing time since admitted
     double alt_rate_ = 0;           // it drafted: the best rate without it
     double step_us_ = 0;            // ... its step's predicted cost but for sampling
     double sample_us_ = 0;          // ... and sampling per token made
@@ -150,7 +152,19 @@ private:
     // the chooser itself would price it at), it does not pay on what it has
     // shown: either drops it at once, before the ledger's window of feeding
     // (decision 0110).
-    bool loses_to_plain(double tokens, double process_us, const Alternative & alt, const StepPrice & price) const;
+    bool loses_to_plain(double tokens, double draft_us, double process_us, const Alternative & alt,
+                        const StepPrice & price) const;
+    // Before its first draft: no length of its drafts, priced with the
+    // acceptance prior and at one feed per drafted position, would make as
+    // many tokens per microsecond as a plain step (decision 0116).
+    bool prior_loses_to_plain(const Alternative & alt, const StepPrice & price);
+    // A draft of n making `tokens` tokens: its rate over a plain step's.
+    static double rate_vs_plain(int32_t n, double tokens, double draft_us, double process_us, const Alternative & alt,
+                                const StepPrice & price);
+    // Its drafts are forward passes of the context it is fed with, one per
+    // drafted position (MTP, EAGLE-3): they can be priced from its feed before it
+    // drafts. DFlash drafts its block in one pass; a shared context is never judged.
+    bool priced_before_drafting() const;
     double first_prior_ = 0;        // the acceptance prior its drafts are priced with (asks())
     bool in_step(const common_batch & batch) const;
 };
