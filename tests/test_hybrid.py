@@ -455,3 +455,45 @@ def test_a_hybrid_with_a_wider_recurrent_state_checkpoints_it_whole_and_every_mo
                 assert result.stats.drafts_generated > result.stats.drafts_accepted > 0, spec
     finally:
         model.close()
+
+
+# A trunk twice the base width: small enough for a test, wide enough that
+# every tensor past the embedding changes shape.
+WIDE_TRUNK = replace(tm.HYBRID_DIMS, n_embd=128)
+
+
+def test_a_wider_hybrid_keeps_the_language_in_its_first_64_dimensions_and_every_mode_equals_plain(tmp_path):
+    """write_hybrid_mtp_model(dims=...) with n_embd above 64 (decision 0116).
+
+    Every block is as wide as the trunk; the embedding and output rows hold
+    the base language in their first 64 columns and nothing past them, the
+    output rows scaled by sqrt(64 / n_embd) against the final norm's gain, so
+    the greedy path stays varied. MTP (snapshots), ngram-simple
+    (checkpoints) and auto roll back exactly.
+    """
+    path = tm.write_hybrid_mtp_model(tmp_path / "wide-trunk.gguf", dims=WIDE_TRUNK)
+    g = tm.read_gguf(path)
+    n, base = WIDE_TRUNK.n_embd, 64
+    assert g.metadata["qwen35.embedding_length"] == n
+    assert g.tensors["blk.0.attn_qkv.weight"].ne[0] == g.tensors["blk.2.nextn.eh_proj.weight"].ne[1] == n
+    narrow = tm.read_gguf(tm.write_hybrid_mtp_model(tmp_path / "narrow.gguf"))
+    emb, out = g.tensor("token_embd.weight"), g.tensor("output.weight")
+    assert not emb[:, base:].any() and not out[:, base:].any()
+    np.testing.assert_array_equal(emb[:, :base], narrow.tensor("token_embd.weight"))
+    np.testing.assert_allclose(out[:, :base], narrow.tensor("output.weight") * np.sqrt(base / n), rtol=1e-6)
+    with pytest.raises(ValueError, match="at least 64"):
+        tm.write_hybrid_mtp_model(tmp_path / "thin.gguf", dims=replace(tm.HYBRID_DIMS, n_embd=32))
+
+    model = spec_actor.load_model(path, load_mtp=True)
+    try:
+        with Session(model, n_ctx=N_CTX, spec="none", **CTX) as plain:
+            reference = plain.run(PROMPT, max_tokens=N, temp=0.0)
+        assert len(set(reference.tokens)) > 8, "the wider model's greedy path is degenerate"
+        for spec in (Spec("mtp", n_draft=3), ngram_spec("ngram-simple"), Spec("auto")):
+            with Session(model, n_ctx=N_CTX, spec=spec, **CTX) as session:
+                result = session.run(PROMPT, max_tokens=N, temp=0.0)
+            assert result.tokens == reference.tokens, spec
+            if spec.type != "auto":
+                assert result.stats.drafts_generated > result.stats.drafts_accepted > 0, spec
+    finally:
+        model.close()
