@@ -12,6 +12,11 @@ bool StateCheckpoint::save(llama_context * ctx, llama_seq_id seq) {
     return true;
 }
 
+void StateCheckpoint::reserve(llama_context * ctx, llama_seq_id seq) {
+    const size_t size = llama_state_seq_get_size_ext(ctx, seq, LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY);
+    if (size > data_.size()) data_.resize(size);  // value-initialised: its pages are written now
+}
+
 bool StateCheckpoint::restore(llama_context * ctx, llama_seq_id seq) const {
     if (data_.empty()) return false;
     return llama_state_seq_set_data_ext(ctx, data_.data(), data_.size(), seq, LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY) ==

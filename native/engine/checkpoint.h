@@ -21,6 +21,9 @@ public:
     // Restores the saved state into ctx's seq. false: nothing saved, or
     // llama.cpp refused the data.
     bool restore(llama_context * ctx, llama_seq_id seq) const;
+    // Sizes the buffer for ctx's state of seq as it is now and touches its
+    // pages, so that the save before a draft does not allocate them.
+    void reserve(llama_context * ctx, llama_seq_id seq);
     bool empty() const { return data_.empty(); }
     size_t bytes() const { return data_.size(); }
     void clear() { data_.clear(); }
@@ -30,7 +33,8 @@ private:
 };
 
 // The rollback point of one verify step: the tokens and positions the target
-// held before the draft, and (when taken) the two contexts' states.
+// held before the draft, and (when taken) the two contexts' states. A slot
+// owns one, so its checkpoints' buffers outlive each request.
 struct RollbackPoint {
     int64_t n_tokens = 0;     // tokens of the run's context before the draft
     llama_pos pos_max = -1;   // the target memory's last position then

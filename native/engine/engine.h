@@ -46,6 +46,7 @@ struct Slot {
     std::atomic<int32_t> cells{0};
     bool busy = false;                 // under Engine::mu: a request runs on it
     RollbackCost rollback_cost;        // its checkpoints' measured cost (the thread running a step)
+    RollbackPoint rollback;            // the rollback point of the request running on it
     common_speculative * own_spec = nullptr;  // the slot's own common_speculative (an n-gram type's tables are per sequence)
 
     Slot() = default;

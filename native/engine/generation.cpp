@@ -20,8 +20,9 @@ Sequence::Sequence(sa_session & s, Slot & slot, const sa_run_params & p, common_
       n_rs_((int32_t) llama_n_rs_seq(s.ctx_tgt)), drafter_(slot.drafter.get()), stats_(*slot.stats), prefix_(*slot.prefix),
       n_logprobs_(n_logprobs), probs_after_sampling_(n_logprobs >= 0 && p.logprobs_after_sampling != 0),
       keeps_sampled_probs_(probs_after_sampling_ && p.sampling.temp > 0.0f), argmax_(picks_argmax(vocab_, p.sampling)),
-      hooks_(s.test_hooks.load(std::memory_order_acquire)) {
+      hooks_(s.test_hooks.load(std::memory_order_acquire)), rb_(slot.rollback) {
     prof_.start(hooks_ != nullptr ? &hooks_->profile : nullptr);
+    rb_.has_tgt = false;
 }
 
 void Sequence::end_with_error(int code, const std::string & msg) {
@@ -195,6 +196,11 @@ void Sequence::begin_decoding() {
     id_last_ = p_.prompt[p_.n_prompt - 1];
     n_past_ = (int32_t) prompt_tgt_.size();
     if (drafter_) drafter_->begin(RunStart{prompt_tgt_, p_.prompt, p_.n_prompt, fresh_, p_.sampling.temp > 0.0f});
+    // A slot's first checkpoint would allocate its buffers (megabytes of a
+    // recurrent state, page by page) in the step of a draft: size them now
+    // that the state holds the prompt. Later requests find them sized.
+    if (drafter_ && needs_checkpoint(std::max(s_.plan.n_draft, s_.plan.n_verify))) rb_.tgt.reserve(s_.ctx_tgt, seq_);
+    if (drafter_ && s_.use_ckpt_dft) rb_.dft.reserve(s_.ctx_dft, seq_);
     t_decode_start_ = ggml_time_us();
     decoding_since_ = s_.engine->order.fetch_add(1) + 1;
     phase_ = Phase::Decode;

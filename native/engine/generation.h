@@ -150,7 +150,7 @@ private:
     llama_token id_last_ = -1; // the newest token, not yet decoded
     int32_t n_past_ = 0;
     llama_tokens draft_;
-    RollbackPoint rb_;
+    RollbackPoint & rb_;  // the slot's
     RolledBack rolled_back_;
     int64_t t_restore_us_ = 0;  // the last checkpoint restore, charged to the step that re-verifies
     int64_t t_start_ = 0;
