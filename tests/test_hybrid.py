@@ -30,6 +30,7 @@ from tiny_model_fixtures import hybrid_model, tiny_paths  # noqa: F401 - fixture
 import spec_actor
 from spec_actor import Done, Session, Spec, Stats, StatsSnapshot, Token, open_actor
 from spec_actor.cli import main as cli_main
+from spec_actor._stats import DRAFTER_NAMES
 from spec_actor.nif import testing as nt
 from spec_actor.testing import tiny_models as tm
 from spec_actor.testing._gguf import GGUFValue
@@ -309,6 +310,9 @@ def test_the_step_profile_records_every_verification_once(hybrid_model, plain_to
     assert reverified, "no draft was rolled back: the checkpoint branch never ran"
     assert len(records) - len(reverified) == stats.iters
     assert sum(r["n_draft"] for r in records if not r["reverify"]) == stats.drafts_generated
+    assert sum(r["accepted"] for r in records if not r["reverify"]) == stats.drafts_accepted
+    assert {DRAFTER_NAMES[r["drafter"]] for r in records if r["n_draft"]} == {"ngram-simple"}
+    assert all(r["drafter"] == 0 and r["accepted"] == 0 for r in records if not r["n_draft"])
     parts = [p for p in nt.STEP_PARTS if p != "step"]
     for r in records:
         assert all(r[p] >= 0 for p in parts) and sum(r[p] for p in parts) <= r["step"], r

@@ -20,7 +20,7 @@ extern "C" {
 #endif
 
 /* CDEF-BEGIN */
-#define SA_STEP_PROFILE_FIELDS 13
+#define SA_STEP_PROFILE_FIELDS 15
 /* sa_testing_top2 runs a plain forward pass over tokens (clearing the
  * session's memory before and after) and reports the two most likely next
  * tokens and logit(top1) - logit(top2). */
@@ -148,7 +148,8 @@ sa_status sa_testing_fail_decode(sa_session * session, int32_t n);
 sa_status sa_testing_profile_steps(sa_session * session, int32_t on);
 /* Between runs: moves up to cap of the recorded steps, oldest first, into
  * out, SA_STEP_PROFILE_FIELDS int64 values each (tokens drafted beside the
- * verified one, 1 for a re-verification, then microseconds by part:
+ * verified one, 1 for a re-verification, drafted tokens accepted, the
+ * drafter's sa_spec_type or sa_drafter id (0: none), then microseconds by part:
  * proposals, choice, checkpoint, decode, sample, feed, observe, trim, emit,
  * restore, whole step); *n: records moved. Those left stay for the next call. */
 sa_status sa_testing_take_step_profile(sa_session * session, int64_t * out, int32_t cap, int32_t * n);

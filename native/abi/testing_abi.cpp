@@ -410,7 +410,7 @@ extern "C" sa_status sa_testing_profile_steps(sa_session * s, int32_t on) {
 }
 
 extern "C" sa_status sa_testing_take_step_profile(sa_session * s, int64_t * out, int32_t cap, int32_t * n) {
-    static_assert(SA_STEP_PROFILE_FIELDS == 2 + kStepParts, "the ABI's record width is the profile's");
+    static_assert(SA_STEP_PROFILE_FIELDS == 4 + kStepParts, "the ABI's record width is the profile's");
     if (s == nullptr || out == nullptr || n == nullptr || cap < 0) {
         return fail(SA_ERR_INVALID_ARG, "sa_testing_take_step_profile: null argument or cap < 0");
     }
@@ -425,7 +425,9 @@ extern "C" sa_status sa_testing_take_step_profile(sa_session * s, int64_t * out,
         int64_t * row = out + (size_t) i * SA_STEP_PROFILE_FIELDS;
         row[0] = r.n_draft;
         row[1] = r.reverify;
-        std::copy(std::begin(r.us), std::end(r.us), row + 2);
+        row[2] = r.accepted;
+        row[3] = r.drafter;
+        std::copy(std::begin(r.us), std::end(r.us), row + 4);
     }
     sink.records.erase(sink.records.begin(), sink.records.begin() + k);
     *n = k;

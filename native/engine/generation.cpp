@@ -452,11 +452,12 @@ void Sequence::verified(const common_batch & batch, int64_t t_us, int32_t n_othe
                                             : common_sampler_sample_and_accept_n(smpl_.get(), s_.ctx_tgt, idxs, draft_);
     const int64_t t_sample = ggml_time_us() - t_s0;
     stats_.add(&Counters::t_sample_us, t_sample);
-    prof_.verified(n_draft, step_.verify == Verify::Reverify);
     prof_.add_us(kPartDecode, t_us);
     prof_.add_us(kPartSample, t_sample);
     if (ids.empty()) return end_with_error(SA_ERR_INTERNAL, "the sampler returned no token");
     const int32_t n_accepted = (int32_t) ids.size() - 1;
+    const int32_t drafter = n_draft == 0 || !drafter_ ? SA_SPEC_NONE : drafter_->last_drafter();
+    prof_.verified(n_draft, step_.verify == Verify::Reverify, n_accepted, drafter);
     const int32_t n_rejected = n_draft - n_accepted;
     const bool rolls_back = n_rejected > 0 && rb_.has_tgt && (s_.use_ckpt_tgt || n_rejected > n_rs_);
     // a batch undone by a checkpoint restore is not read: its re-verification is
@@ -467,7 +468,6 @@ void Sequence::verified(const common_batch & batch, int64_t t_us, int32_t n_othe
     // the drafter learns the decode's cost; its checkpoints are priced apart (decision 0091)
     if (drafter_) drafter_->observe(StepOutcome{ids, n_draft, step_.t_draft_us, t_us, t_sample, !rolls_back, n_others, priced});
     prof_.add(kPartObserve, t_part);
-    const int32_t drafter = n_draft == 0 || !drafter_ ? SA_SPEC_NONE : drafter_->last_drafter();
 
     if (rolls_back) {
         if (!rolled_back_.active) {

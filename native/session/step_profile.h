@@ -32,6 +32,8 @@ enum StepPartId : int32_t {
 struct StepRecord {
     int32_t n_draft = 0;    // tokens drafted (or re-verified) beside the verified one
     int32_t reverify = 0;   // 1: the accepted part of a rolled-back draft, verified again
+    int32_t accepted = 0;   // drafted tokens the target confirmed
+    int32_t drafter = 0;    // who drafted them (sa_spec_type or sa_drafter id; 0: none)
     int64_t us[kStepParts] = {};
 };
 
@@ -64,11 +66,14 @@ public:
         rec_ = StepRecord{};
         t_begin_ = t;
     }
-    // The step verified n_draft tokens beside its first: it is kept when it closes.
-    void verified(int32_t n_draft, bool reverify) {
+    // The step verified n_draft tokens beside its first, drafted by drafter, and
+    // n_accepted of them were confirmed: it is kept when it closes.
+    void verified(int32_t n_draft, bool reverify, int32_t n_accepted, int32_t drafter) {
         if (sink_ == nullptr) return;
         rec_.n_draft = n_draft;
         rec_.reverify = reverify ? 1 : 0;
+        rec_.accepted = n_accepted;
+        rec_.drafter = drafter;
         open_ = true;
     }
     // The run ends: the last step closes.

@@ -258,7 +258,9 @@ def take_step_profile(handle: SessionHandle, cap: int = 65536) -> list[dict[str,
     """The steps recorded since the last call, oldest first (between runs).
 
     Each is a dict: ``n_draft`` (tokens verified beside the first),
-    ``reverify`` (1: a rolled-back draft's accepted part verified again), and
+    ``reverify`` (1: a rolled-back draft's accepted part verified again),
+    ``accepted`` (drafted tokens confirmed), ``drafter`` (its sa_spec_type or
+    drafter id, 0: none; ``spec_actor.Stats`` names them), and
     the microseconds of each part in `STEP_PARTS` (``step``: the whole step,
     from its start to the next one's).
     """
@@ -266,5 +268,5 @@ def take_step_profile(handle: SessionHandle, cap: int = 65536) -> list[dict[str,
     out = ffi.new("int64_t[]", cap * width)
     n = ffi.new("int32_t *")
     check(lib.sa_testing_take_step_profile(handle, out, cap, n), "take step profile")
-    keys = ("n_draft", "reverify", *STEP_PARTS)
+    keys = ("n_draft", "reverify", "accepted", "drafter", *STEP_PARTS)
     return [{k: out[i * width + j] for j, k in enumerate(keys)} for i in range(n[0])]
