@@ -178,11 +178,11 @@ void ModelArm::judge(size_t n_made, const Alternative & alt, const StepPrice & p
     if (drafted) arm_.accept.expected(arm_.expected, first_prior_);
     const double expected = drafted ? expected_at(arm_.expected, n_max_) : (double) (n_max_ + 1);
     bool hopeless = judged_drafts_ > 0 && loses_to_plain(expected, arm_.cost_us, (double) process_us_, alt, price);
-    // before its first draft, one whose drafts can be priced from its feed
-    // is priced as the chooser would price them, at the prior (decision 0116)
     if (process_us_ > 0) min_feed_us_ = std::min(min_feed_us_, (double) process_us_);
     process_us_ = 0;
     ++judged_steps_;
+    // before its first draft, one whose drafts can be priced from its feed
+    // is priced as the chooser would price them, at the prior (decision 0116)
     if (judged_drafts_ == 0 && priced_before_drafting() && judged_steps_ >= kFeedsBeforePricing) {
         hopeless = prior_loses_to_plain(alt, price);
     }
