@@ -1,6 +1,7 @@
 """Benchmark auto on hybrid (recurrent + attention) targets: plain, fixed MTP, and auto with and without MTP loaded.
 
-    python bench/bench_hybrid.py [--reps N] [--tokens N] [--threads N] [--configs NAME ...] [--check] [--json PATH]
+    python bench/bench_hybrid.py [--reps N] [--tokens N] [--threads N] [--configs NAME ...] [--step-table PATH]
+                                 [--check] [--json PATH]
 
 The targets are tiny ``qwen35`` models that ``spec_actor.testing`` writes
 to a temporary folder (F32, one NextN/MTP block), the architecture of the
@@ -50,6 +51,12 @@ context's ``feed`` of the committed tokens, the drafter's ``observe``, the
 memories' ``trim``, events (``emit``), a checkpoint ``restore``, and
 ``other``: the step's time outside those (the engine's loop and batch).
 
+What each process chooses still moves with the step-cost table that its
+first auto run calibrates. ``--step-table PATH`` fixes auto's table to the
+one kept in PATH (written there by the first run that lacks it), so that
+two builds, or two policies, are compared under the same prices: their
+greedy choices are then the same from one process to the next.
+
 Targets: on every model, auto and auto+mtp >= 0.98x plain and >= 0.95x the
 better of plain and fixed MTP, measured and priced; greedy output of every
 mode equal to plain's on the tests' hybrids (2 and 16 blocks).
@@ -59,6 +66,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import os
 import statistics
 import sys
@@ -66,7 +74,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from _common import Rates, Report, Table, Target, add_report_options, targets_table
+from _common import Rates, Report, Table, Target, add_report_options, targets_table, write_json
 
 from spec_actor import Model, RunResult, Session, Spec, load_model
 from spec_actor.nif import testing as nt
@@ -102,6 +110,8 @@ CONFIGS = {
 }
 MODES = {"plain": Spec("none"), "mtp 3": Spec("mtp", n_draft=3), "auto": Spec("auto"), "auto+mtp": Spec("auto")}
 LOADS_MTP = {"plain": False, "mtp 3": True, "auto": False, "auto+mtp": True}
+# Lengths of a step-cost table that --step-table keeps (drafts of 0..32 tokens, auto's ceiling).
+TABLE_LENGTHS = 33
 # The step profile's parts (spec_actor.nif.testing.STEP_PARTS) as the breakdown shows them; "other" is the
 # step's time outside them (the engine's loop, the batch, the run's bookkeeping).
 PARTS = ("proposals", "choice", "checkpoint", "decode", "sample", "feed", "observe", "trim", "emit", "restore",
@@ -109,16 +119,27 @@ PARTS = ("proposals", "choice", "checkpoint", "decode", "sample", "feed", "obser
 
 
 def run(model: Model, spec: Spec, prompt: list[int], tokens: int, threads: int | None,
-        profile: list[dict[str, int]] | None = None, arm: dict[str, Any] | None = None) -> RunResult:
-    """One fresh session's greedy run; profile: receives its steps' time by part; arm: auto's model arm after it."""
+        profile: list[dict[str, int]] | None = None, arm: dict[str, Any] | None = None,
+        table: list[float] | None = None) -> RunResult:
+    """One fresh session's greedy run.
+
+    profile: receives its steps' time by part; arm: auto's model arm after
+    it; table: auto's step cost, fixed (an empty list receives the one the
+    run priced with).
+    """
     with Session(model, spec=spec, n_ctx=N_CTX, n_threads=threads) as session:
+        auto = spec.type == "auto"
+        if auto and table:
+            nt.fix_step_cost_table(session._handle, table)
         if profile is not None:
             nt.profile_steps(session._handle, True)
         result = session.run(prompt, max_tokens=tokens, temp=0.0)
         if profile is not None:
             profile.extend(nt.take_step_profile(session._handle))
-        if arm is not None and spec.type == "auto":
+        if arm is not None and auto:
             arm["batches"], arm["dropped"] = nt.auto_model_arm(session._handle)
+        if auto and table is not None and not table:
+            table.extend(nt.auto_step_cost(session._handle, TABLE_LENGTHS)[0])
     if result.status not in ("done", "eog"):
         raise SystemExit(f"run ended with {result.status}: {result.terminal}")
     return result
@@ -188,8 +209,13 @@ def priced_rates(profiles: list[list[dict[str, int]]], made: list[int], prices: 
     return rates
 
 
-def measure(name: str, config: Config, folder: Path, reps: int, tokens: int, threads: int | None) -> dict[str, Any]:
-    """Every mode on one model: tokens/s measured and priced, the last run's per-step figures, the breakdown."""
+def measure(name: str, config: Config, folder: Path, reps: int, tokens: int, threads: int | None,
+            tables: dict[str, list[float]] | None = None) -> dict[str, Any]:
+    """Every mode on one model: tokens/s measured and priced, the last run's per-step figures, the breakdown.
+
+    tables: auto's step cost by "model/load" to fix in its sessions; a
+    missing entry is filled with the table its warm-up priced with.
+    """
     path = tm.write_hybrid_mtp_model(folder / f"{name.replace(' ', '-')}.gguf", dims=config.dims, ssm=config.ssm)
     models = {False: load_model(path), True: load_model(path, load_mtp=True)}
     prompt = list(config.prompt)
@@ -197,15 +223,21 @@ def measure(name: str, config: Config, folder: Path, reps: int, tokens: int, thr
     profiles: dict[str, list[list[dict[str, int]]]] = {mode: [] for mode in MODES}
     made: dict[str, list[int]] = {mode: [] for mode in MODES}
     arms: dict[str, dict[str, Any]] = {mode: {} for mode in MODES}
+    fixed: dict[str, list[float] | None] = {mode: None for mode in MODES}
+    if tables is not None:
+        for mode in MODES:
+            if MODES[mode].type == "auto":
+                fixed[mode] = tables.setdefault(f"{name}/{'mtp' if LOADS_MTP[mode] else 'plain'}", [])
     try:
         for mode, spec in MODES.items():
-            run(models[LOADS_MTP[mode]], spec, prompt, tokens, threads)  # warm-up
+            run(models[LOADS_MTP[mode]], spec, prompt, tokens, threads, table=fixed[mode])  # warm-up
         names = list(MODES)
         for rep in range(reps):
             for k in range(len(names)):
                 mode = names[(rep + k) % len(names)]
                 profile: list[dict[str, int]] = []
-                result = run(models[LOADS_MTP[mode]], MODES[mode], prompt, tokens, threads, profile, arms[mode])
+                result = run(models[LOADS_MTP[mode]], MODES[mode], prompt, tokens, threads, profile, arms[mode],
+                             fixed[mode])
                 cells[mode].rates.append(result.stats.tokens_per_sec)
                 cells[mode].last = result
                 profiles[mode].append(profile)
@@ -287,6 +319,21 @@ def add_targets(report: Report, res: dict[str, Any]) -> None:
         report.add_target(Target(f"{res['model']}: every mode's greedy text is plain's", float(same), ">=", 1.0))
 
 
+def load_tables(path: str) -> dict[str, list[float]]:
+    """The step-cost tables of --step-table, or none when the file does not exist yet."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError) as exc:
+        raise SystemExit(f"cannot read the step tables in {path}: {exc}") from None
+    if not isinstance(data, dict) or not all(
+            isinstance(v, list) and len(v) == TABLE_LENGTHS and all(isinstance(x, (int, float)) and x > 0 for x in v)
+            for v in data.values()):
+        raise SystemExit(f"{path}: expected {{model/load: [{TABLE_LENGTHS} positive µs]}}")
+    return {k: [float(x) for x in v] for k, v in data.items()}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--reps", type=int, default=5, help="measured runs per mode and model (>= 3)")
@@ -294,19 +341,26 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=None, help="CPU threads (default: all cores)")
     parser.add_argument("--configs", nargs="+", choices=list(CONFIGS), default=list(CONFIGS), metavar="NAME",
                         help=f"models to measure (default: all of {', '.join(CONFIGS)})")
+    parser.add_argument("--step-table", metavar="PATH",
+                        help="fix auto's step cost to the tables in this JSON file; those it lacks are written "
+                             "there as the first runs measured them, so that another build's run chooses under "
+                             "the same prices")
     add_report_options(parser)
     args = parser.parse_args()
     if args.reps < 3:
         parser.error("--reps must be at least 3 (the tables show medians)")
     report = Report("bench_hybrid", {"reps": args.reps, "tokens": args.tokens, "threads": args.threads,
-                                     "configs": args.configs})
+                                     "configs": args.configs, "step_table": args.step_table})
     results = []
+    tables = load_tables(args.step_table) if args.step_table else None
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.configs:
             print(f"measuring {name} ...", file=sys.stderr)
-            res = measure(name, CONFIGS[name], Path(tmp), args.reps, args.tokens, args.threads)
+            res = measure(name, CONFIGS[name], Path(tmp), args.reps, args.tokens, args.threads, tables)
             add_targets(report, res)
             results.append(res)
+    if tables is not None:
+        write_json(args.step_table, tables)
     print(f"\ntiny F32 qwen35 hybrids, {args.tokens} greedy tokens, median of {args.reps} runs after a warm-up, "
           f"{os.cpu_count()} CPUs\n")
     print(report_table({"results": results}).plain())

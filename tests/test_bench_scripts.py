@@ -196,3 +196,39 @@ def test_finish_exits_1_only_under_check_with_a_missed_target(common, tmp_path, 
     err = capsys.readouterr().err
     assert f"{sum(v >= 1.0 for v in values)} of 2 targets met" in err
     assert ("missed: t1" in err) == (values[1] < 1.0)
+
+
+def test_bench_hybrid_step_table_fixes_autos_prices_so_two_processes_choose_alike(bench, tmp_path):
+    """--step-table (decision 0116): the first run writes the table each auto mode priced with, per model load;
+    a second process fixed to it makes the same greedy choices, whatever its own calibration measured."""
+    folder, cwd = bench
+    table = tmp_path / "tables.json"
+    runs = []
+    for k in range(2):
+        out = tmp_path / f"hybrid-{k}.json"
+        args = ("--reps", "3", "--tokens", "24", "--configs", "2 blocks", "--step-table", str(table), "--json", str(out))
+        done = run_script(folder / "bench_hybrid.py", *args, cwd=cwd)
+        assert_installed_package_used(done, "bench_hybrid.py")
+        assert done.returncode == 0, done.stderr[-3000:]
+        runs.append(json.loads(out.read_text())["results"][0]["modes"])
+        if k == 0:
+            kept = json.loads(table.read_text())
+            assert set(kept) == {"2 blocks/plain", "2 blocks/mtp"}
+            assert all(len(v) == 33 and all(x > 0 for x in v) for v in kept.values())
+    assert json.loads(table.read_text()) == kept  # the second run read it and wrote it back unchanged
+    for mode in ("auto", "auto+mtp"):
+        first, second = ({k: r[mode][k] for k in ("steps", "drafted", "accepted", "drafters")} for r in runs)
+        assert first == second, mode
+    assert all(r[mode]["same_text"] for r in runs for mode in r)
+
+
+@pytest.mark.parametrize("text", ["{not json", '{"2 blocks/plain": [1.0, 2.0]}', '["a list"]'])
+def test_bench_hybrid_refuses_a_step_table_it_cannot_use(bench, tmp_path, text):
+    folder, cwd = bench
+    table = tmp_path / "tables.json"
+    table.write_text(text)
+    done = run_script(folder / "bench_hybrid.py", "--reps", "3", "--configs", "2 blocks", "--step-table", str(table),
+                      cwd=cwd)
+    assert done.returncode != 0 and str(table) in done.stderr, done.stderr[-2000:]
+    assert "Traceback" not in done.stderr
+    assert table.read_text() == text  # left as it was
