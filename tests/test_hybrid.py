@@ -419,6 +419,17 @@ def test_a_deeper_hybrid_trunk_alternates_blocks_and_mtp_greedy_equals_plain_gre
     assert result.stats.drafts_generated > result.stats.drafts_accepted, "no draft was rejected"
 
 
+def assert_rollback_modes_equal(model: spec_actor.Model, reference: list[int]) -> None:
+    """MTP (snapshots), ngram-simple (checkpoints) and auto each make plain's greedy tokens on PROMPT;
+    the fixed drafters also had drafts both accepted and rejected, so both rollback paths ran."""
+    for spec in (Spec("mtp", n_draft=3), ngram_spec("ngram-simple"), Spec("auto")):
+        with Session(model, n_ctx=N_CTX, spec=spec, **CTX) as session:
+            result = session.run(PROMPT, max_tokens=N, temp=0.0)
+        assert result.tokens == reference, spec
+        if spec.type != "auto":
+            assert result.stats.drafts_generated > result.stats.drafts_accepted > 0, spec
+
+
 # A delta-net with a wider state than the default (and the same head layout
 # as a released Qwen 3.5, 2 key heads per 4 value heads), small enough for a test.
 WIDE_SSM = tm.SsmDims(state=32, groups=2, v_heads=4)
@@ -451,12 +462,7 @@ def test_a_hybrid_with_a_wider_recurrent_state_checkpoints_it_whole_and_every_mo
         per_checkpoint = usage.checkpoint_bytes / usage.checkpoints
         # the state itself, and at most a few hundred bytes of llama.cpp's framing around it
         assert 4 * state_floats * n_recurrent <= per_checkpoint <= 4 * state_floats * n_recurrent + 512
-        for spec in (Spec("mtp", n_draft=3), ngram_spec("ngram-simple"), Spec("auto")):
-            with Session(model, n_ctx=N_CTX, spec=spec, **CTX) as session:
-                result = session.run(PROMPT, max_tokens=N, temp=0.0)
-            assert result.tokens == reference.tokens, spec
-            if spec.type != "auto":
-                assert result.stats.drafts_generated > result.stats.drafts_accepted > 0, spec
+        assert_rollback_modes_equal(model, reference.tokens)
     finally:
         model.close()
 
@@ -493,11 +499,6 @@ def test_a_wider_hybrid_keeps_the_language_in_its_first_64_dimensions_and_every_
         with Session(model, n_ctx=N_CTX, spec="none", **CTX) as plain:
             reference = plain.run(PROMPT, max_tokens=N, temp=0.0)
         assert len(set(reference.tokens)) > 8, "the wider model's greedy path is degenerate"
-        for spec in (Spec("mtp", n_draft=3), ngram_spec("ngram-simple"), Spec("auto")):
-            with Session(model, n_ctx=N_CTX, spec=spec, **CTX) as session:
-                result = session.run(PROMPT, max_tokens=N, temp=0.0)
-            assert result.tokens == reference.tokens, spec
-            if spec.type != "auto":
-                assert result.stats.drafts_generated > result.stats.drafts_accepted > 0, spec
+        assert_rollback_modes_equal(model, reference.tokens)
     finally:
         model.close()
