@@ -318,6 +318,45 @@ def test_the_step_profile_records_every_verification_once(hybrid_model, plain_to
         assert all(r[p] >= 0 for p in parts) and sum(r[p] for p in parts) <= r["step"], r
 
 
+def reused_graphs_expected(decode_lengths: list[int]) -> int:
+    """How many of these decodes (tokens each, in order, on a fresh context) reuse a graph built for an earlier one.
+
+    The kept graphs of decision 0117: a one-token decode reuses the one-token graph once one was built,
+    whatever ran between; a longer decode reuses only the graph of the longer decode before it, when that
+    one had as many tokens.
+    """
+    one_token_built, last_longer, reused = False, None, 0
+    for n in decode_lengths:
+        if n == 1:
+            reused += one_token_built
+            one_token_built = True
+        else:
+            reused += n == last_longer
+            last_longer = n
+    return reused
+
+
+def test_a_one_token_decode_after_a_drafted_one_reuses_its_graph(hybrid_model, plain_tokens):
+    """llama.cpp rebuilt the graph whenever a decode's shape changed, so each plain step after a draft paid for a
+    new graph (patch 0011, decision 0117). The reuse count of llama.cpp's own counter must equal what the kept
+    graphs give for the run's decodes, read from the step profile: the prompt's, then each verification's
+    (its drafted tokens and the one after them).
+    """
+    with Session(hybrid_model, n_ctx=N_CTX, spec=ngram_spec("ngram-simple"), **CTX) as session:
+        before = nt.graphs_reused(session._handle)
+        nt.profile_steps(session._handle, True)
+        result = session.run(PROMPT, max_tokens=N, temp=0.0)
+        records = nt.take_step_profile(session._handle)
+        reused = nt.graphs_reused(session._handle) - before
+        prompt_length = len(session.tokenize(PROMPT))
+    assert result.tokens == plain_tokens
+    lengths = [r["n_draft"] + 1 for r in records]
+    switches = sum(1 for a, b in zip(lengths, lengths[1:]) if a > 1 and b == 1)
+    assert switches >= 3, "too few plain steps right after a draft to tell kept graphs from rebuilt ones"
+    assert prompt_length > max(lengths)  # the prompt's graph serves no verification
+    assert reused == reused_graphs_expected([prompt_length, *lengths])
+
+
 # -- cancellation --------------------------------------------------------------------------
 
 

@@ -138,6 +138,10 @@ sa_status sa_testing_expected_tokens(const int32_t * n_checked, const int32_t * 
  * for prompt batches (set per run by the thread budget). Call it from the
  * run's own thread (its event callback) or between runs. */
 sa_status sa_testing_threads_in_use(const sa_session * session, int32_t * n_threads, int32_t * n_threads_batch);
+/* How many of the target context's decodes reused a graph built for an
+ * earlier one (llama.cpp's performance counter, since the session's context
+ * was made). */
+sa_status sa_testing_graphs_reused(const sa_session * session, int64_t * out);
 /* Fault injection: the n-th target decode of the runs that start from now on
  * (n >= 1; 0 cancels) succeeds in llama.cpp and then ends its runs with an
  * Error event, as a failed decode would, after the memory changed. */

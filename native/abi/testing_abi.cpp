@@ -370,6 +370,12 @@ extern "C" sa_status sa_testing_threads_in_use(const sa_session * s, int32_t * n
     return SA_OK;
 }
 
+extern "C" sa_status sa_testing_graphs_reused(const sa_session * s, int64_t * out) {
+    if (s == nullptr || out == nullptr) return fail(SA_ERR_INVALID_ARG, "sa_testing_graphs_reused: null argument");
+    *out = llama_perf_context(s->ctx_tgt).n_reused;
+    return SA_OK;
+}
+
 extern "C" sa_status sa_testing_fail_decode(sa_session * s, int32_t n) {
     if (s == nullptr || n < 0) return fail(SA_ERR_INVALID_ARG, "sa_testing_fail_decode: null session or n < 0");
     armed_hooks(*s).fail_decode_at.store(n);

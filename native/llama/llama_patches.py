@@ -1,7 +1,7 @@
 """Apply spec_actor's edits to the llama.cpp source it builds: the patch files in patches/ (decision 0096).
 
 Each file in ``patches/`` is one change (decisions 0085, 0086, 0088, 0089,
-0090, 0092, 0093, 0094, 0097 and 0105), a unified diff with a header that says
+0090, 0092, 0093, 0094, 0097, 0105 and 0117), a unified diff with a header that says
 why; they apply in the order of their names. A hunk applies only where its
 header puts it and only if every line it keeps or removes is there exactly:
 no offset, no fuzz, so a llama.cpp the patches were not written for fails

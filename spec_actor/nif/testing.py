@@ -60,6 +60,13 @@ def threads_in_use(handle: SessionHandle) -> tuple[int, int]:
     return n[0], n_batch[0]
 
 
+def graphs_reused(handle: SessionHandle) -> int:
+    """How many of the session's target decodes reused a graph built for an earlier one (llama.cpp's counter)."""
+    out = ffi.new("int64_t *")
+    check(lib.sa_testing_graphs_reused(handle, out), "graphs reused")
+    return out[0]
+
+
 def step_cost(observed: list[tuple[int, int]], query: list[int],
               calibrated: list[float] | None = None) -> list[float]:
     """Predicted step costs (us) of a fresh step-cost model after ``observed``.
