@@ -171,11 +171,11 @@ extern "C" sa_status sa_testing_choose_offer(const double * expected, const int3
                                              int32_t stride, const double * us_by_length, int32_t n_cost,
                                              double draft_us, double sample_us, int32_t n_others, double e_others,
                                              int32_t rollback_free, double save_us, double restore_us,
-                                             int32_t * offer, int32_t * n) {
+                                             double switch_us, int32_t * offer, int32_t * n) {
     if (expected == nullptr || n_max == nullptr || us_by_length == nullptr || offer == nullptr || n == nullptr ||
         n_offers < 0 || n_offers > 64 || stride < 1 || stride > SA_MAX_DRAFT_POS + 1 || n_cost < 1 ||
         n_cost > SA_MAX_DRAFT_POS + 1 || n_others < 0 || n_others > 1 << 20 || !(e_others >= 0) ||
-        !(save_us >= 0) || !(restore_us >= 0)) {
+        !(save_us >= 0) || !(restore_us >= 0) || !(switch_us >= 0)) {
         return fail(SA_ERR_INVALID_ARG, "sa_testing_choose_offer: null argument or a size out of range");
     }
     std::vector<std::vector<double>> tables;
@@ -185,7 +185,7 @@ extern "C" sa_status sa_testing_choose_offer(const double * expected, const int3
     StepCost cost;
     cost.fix(std::vector<double>(us_by_length, us_by_length + n_cost));
     const OfferChoice choice = choose_offer(offers, cost, draft_us, sample_us, BatchShare{n_others, e_others},
-                                            testing_rollback(rollback_free, save_us, restore_us));
+                                            testing_rollback(rollback_free, save_us, restore_us), switch_us);
     *offer = choice.offer;
     *n = choice.length.n;
     return SA_OK;
@@ -309,33 +309,65 @@ extern "C" sa_status sa_testing_step_cost(const int32_t * n_verified, const int6
     return sa_testing_calibrated_step_cost(nullptr, 0, n_verified, us, count, query, n_query, out);
 }
 
-extern "C" sa_status sa_testing_calibrated_step_cost(const double * us_by_length, int32_t n_table,
-                                                     const int32_t * n_verified, const int64_t * us, int32_t count,
-                                                     const int32_t * query, int32_t n_query, double * out) {
+// The arguments of the step-cost probes: a calibration table (n_table 0:
+// none), steps observed and lengths queried; null when they are valid, else
+// what is wrong.
+static const char * step_cost_args_error(const double * us_by_length, int32_t n_table, const int32_t * n_verified,
+                                         const int64_t * us, int32_t count, const int32_t * query, int32_t n_query,
+                                         const double * out) {
     if (n_table < 0 || n_table > SA_MAX_DRAFT_POS + 1 || (n_table > 0 && us_by_length == nullptr)) {
-        return fail(SA_ERR_INVALID_ARG, "sa_testing_step_cost: the table needs 0..SA_MAX_DRAFT_POS+1 costs");
+        return "sa_testing_step_cost: the table needs 0..SA_MAX_DRAFT_POS+1 costs";
     }
     for (int32_t i = 0; i < n_table; ++i) {
-        if (!(us_by_length[i] > 0)) return fail(SA_ERR_INVALID_ARG, "sa_testing_step_cost: costs must be positive");
+        if (!(us_by_length[i] > 0)) return "sa_testing_step_cost: costs must be positive";
     }
     if (count < 0 || n_query < 0 || (count > 0 && (n_verified == nullptr || us == nullptr)) ||
         (n_query > 0 && (query == nullptr || out == nullptr))) {
-        return fail(SA_ERR_INVALID_ARG, "sa_testing_step_cost: null argument or negative count");
+        return "sa_testing_step_cost: null argument or negative count";
     }
     for (int32_t i = 0; i < count; ++i) {
         if (n_verified[i] < 0 || n_verified[i] > SA_MAX_DRAFT_POS || us[i] < 0) {
-            return fail(SA_ERR_INVALID_ARG, "sa_testing_step_cost: lengths must be 0..SA_MAX_DRAFT_POS, times >= 0");
+            return "sa_testing_step_cost: lengths must be 0..SA_MAX_DRAFT_POS, times >= 0";
         }
     }
     for (int32_t j = 0; j < n_query; ++j) {
-        if (query[j] < 0 || query[j] > SA_MAX_DRAFT_POS) {
-            return fail(SA_ERR_INVALID_ARG, "sa_testing_step_cost: query lengths must be 0..SA_MAX_DRAFT_POS");
-        }
+        if (query[j] < 0 || query[j] > SA_MAX_DRAFT_POS) return "sa_testing_step_cost: query lengths must be 0..SA_MAX_DRAFT_POS";
+    }
+    return nullptr;
+}
+
+extern "C" sa_status sa_testing_calibrated_step_cost(const double * us_by_length, int32_t n_table,
+                                                     const int32_t * n_verified, const int64_t * us, int32_t count,
+                                                     const int32_t * query, int32_t n_query, double * out) {
+    if (const char * e = step_cost_args_error(us_by_length, n_table, n_verified, us, count, query, n_query, out)) {
+        return fail(SA_ERR_INVALID_ARG, e);
     }
     sa::StepCost cost;
     if (n_table > 0) cost.calibrate(std::make_shared<const std::vector<double>>(us_by_length, us_by_length + n_table));
     for (int32_t i = 0; i < count; ++i) cost.observe(n_verified[i], us[i]);
     for (int32_t j = 0; j < n_query; ++j) out[j] = cost.at(query[j]);
+    return SA_OK;
+}
+
+extern "C" sa_status sa_testing_step_price(const double * us_by_length, int32_t n_table, const int32_t * n_verified,
+                                           const int32_t * n_others, const int64_t * us, int32_t count,
+                                           const int32_t * query, int32_t n_query, double * out, double * switch_us) {
+    if (const char * e = step_cost_args_error(us_by_length, n_table, n_verified, us, count, query, n_query, out)) {
+        return fail(SA_ERR_INVALID_ARG, e);
+    }
+    if (switch_us == nullptr || (count > 0 && n_others == nullptr)) {
+        return fail(SA_ERR_INVALID_ARG, "sa_testing_step_price: null argument");
+    }
+    sa::StepPrice price;
+    if (n_table > 0) {
+        price.cost().calibrate(std::make_shared<const std::vector<double>>(us_by_length, us_by_length + n_table));
+    }
+    for (int32_t i = 0; i < count; ++i) {
+        if (n_others[i] < 0) return fail(SA_ERR_INVALID_ARG, "sa_testing_step_price: n_others must be >= 0");
+        price.observe(n_verified[i], n_others[i], us[i], true, 1, 0);
+    }
+    for (int32_t j = 0; j < n_query; ++j) out[j] = price.cost().at(query[j]);
+    *switch_us = price.switch_us();
     return SA_OK;
 }
 
