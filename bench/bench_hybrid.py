@@ -36,7 +36,9 @@ both).
 
 Every run is profiled (``spec_actor.nif.testing.profile_steps``), and
 ``priced`` gives the same ratio with each step priced at medians over all
-the runs on the same model load: its decode at the median for its length,
+the runs on the same model load: its decode at the median for its length
+(a one-token decode right after a drafted step, where llama.cpp's graph
+changes shape, at the median of those),
 its checkpoint and restore at theirs, and the mode's own drafting work at
 its median per step (a one-token decode at the median over every run, the
 longer ones over the runs on the same model load, with MTP loaded or not).
@@ -176,15 +178,27 @@ def breakdown(profiles: list[list[dict[str, int]]], arm: dict[str, Any]) -> dict
 OWN_WORK = ("proposals", "choice", "feed", "observe")
 
 
+def follows_draft(profile: list[dict[str, int]]) -> list[bool]:
+    """For each step of a run, whether the step before it verified a draft (the first step's: no)."""
+    return [False] + [r["n_draft"] > 0 for r in profile[:-1]]
+
+
 def decode_prices(profiles: list[list[dict[str, int]]]) -> dict[str, Any]:
-    """Median µs of the target's decode by tokens verified beside the first, of a checkpoint, of a restore."""
-    records = [r for profile in profiles for r in profile]
+    """Median µs of the target's decode by tokens verified beside the first, of a checkpoint, of a restore.
+
+    A one-token decode right after a drafted step is priced apart (``after_draft``): llama.cpp's graph
+    changes shape there, and what that costs belongs to the draft before it.
+    """
     by_length: dict[int, list[int]] = {}
-    for r in records:
-        by_length.setdefault(r["n_draft"], []).append(r["decode"])
+    after_draft: list[int] = []
+    for profile in profiles:
+        for r, after in zip(profile, follows_draft(profile)):
+            (after_draft if after and r["n_draft"] == 0 else by_length.setdefault(r["n_draft"], [])).append(r["decode"])
+    records = [r for profile in profiles for r in profile]
     checkpoints = [r["checkpoint"] for r in records if r["checkpoint"] > 0]
     restores = [r["restore"] for r in records if r["restore"] > 0]
     return {"decode": {n: statistics.median(v) for n, v in sorted(by_length.items())},
+            "after_draft": statistics.median(after_draft) if after_draft else None,
             "checkpoint": statistics.median(checkpoints) if checkpoints else 0.0,
             "restore": statistics.median(restores) if restores else 0.0}
 
@@ -192,7 +206,8 @@ def decode_prices(profiles: list[list[dict[str, int]]]) -> dict[str, Any]:
 def priced_rates(profiles: list[list[dict[str, int]]], made: list[int], prices: dict[str, Any]) -> list[float]:
     """Each run's tokens per second, its steps priced at the medians of every run on the same model load.
 
-    A step's decode costs the median for its length, its checkpoint and
+    A step's decode costs the median for its length (a one-token decode
+    right after a drafted step the median of those), its checkpoint and
     restore theirs, and the mode's own work (OWN_WORK) its median per step of
     the same kind (drafted or not): what the run's choices cost, with the
     shared machine's slow phases left out. Events and sampling, the same
@@ -201,10 +216,14 @@ def priced_rates(profiles: list[list[dict[str, int]]], made: list[int], prices: 
     records = [r for profile in profiles for r in profile]
     own = {kind: statistics.median([sum(r[p] for p in OWN_WORK) for r in records if (r["n_draft"] > 0) == kind] or [0])
            for kind in (False, True)}
+    def decode(r: dict[str, int], after: bool) -> float:
+        return prices["after_draft"] if after and r["n_draft"] == 0 else prices["decode"][r["n_draft"]]
+
     rates = []
     for profile, n in zip(profiles, made):
-        us = sum(prices["decode"][r["n_draft"]] + (prices["checkpoint"] if r["checkpoint"] else 0.0)
-                 + (prices["restore"] if r["restore"] else 0.0) + own[r["n_draft"] > 0] for r in profile)
+        us = sum(decode(r, after) + (prices["checkpoint"] if r["checkpoint"] else 0.0)
+                 + (prices["restore"] if r["restore"] else 0.0) + own[r["n_draft"] > 0]
+                 for r, after in zip(profile, follows_draft(profile)))
         rates.append(1e6 * n / us if us > 0 else 0.0)
     return rates
 
@@ -250,9 +269,10 @@ def measure(name: str, config: Config, folder: Path, reps: int, tokens: int, thr
     # on both loads (decision 0093), so its price is pooled over every run, as plain and auto+mtp are compared.
     prices = {load: decode_prices([p for mode in MODES if LOADS_MTP[mode] == load for p in profiles[mode]])
               for load in (False, True)}
-    one_token = decode_prices([p for mode in MODES for p in profiles[mode]])["decode"][0]
+    one_token = decode_prices([p for mode in MODES for p in profiles[mode]])
     for load_prices in prices.values():
-        load_prices["decode"][0] = one_token
+        load_prices["decode"][0] = one_token["decode"][0]
+        load_prices["after_draft"] = one_token["after_draft"]
     priced = {mode: Rates(priced_rates(profiles[mode], made[mode], prices[LOADS_MTP[mode]])) for mode in MODES}
     plain = cells["plain"].last
     rows = {}
