@@ -125,6 +125,7 @@ void AutoDrafter::init(common_params_speculative base, common_speculative * mode
     splice_ = SpliceLookup(vocab);
     make_arms();
     price_.begin(true);
+    promises_.reset();
 }
 
 void AutoDrafter::begin(const RunStart & start) {
@@ -133,6 +134,7 @@ void AutoDrafter::begin(const RunStart & start) {
     if (start.fresh) {
         make_arms();
         explore_budget_.reset();
+        promises_.reset();
     }
     exploring_ = false;
     for (DraftArm & arm : cheap_) {
@@ -229,6 +231,7 @@ void AutoDrafter::draft(const DraftInput & in, llama_tokens & draft) {
     for (DraftArm & arm : cheap_) {
         if (!arm.proposed) continue;
         arm.accept.expected(arm.expected, first_prior_);
+        promises_.temper(arm.expected);
         offers.push_back({&arm.expected, (int32_t) arm.proposal.size()});
         choice_.offered.push_back(&arm);
     }
@@ -343,6 +346,10 @@ void AutoDrafter::observe(const StepOutcome & out) {
             if (exploring_) explore_budget_.explored(explore_loss(out));
         }
         exploring_ = false;
+        // the verified cheap draft: what it brought of what it was expected to bring
+        if (offered_ != nullptr && chosen_ == offered_->id && out.n_verified > 0) {
+            promises_.settle(out.n_verified, expected_at(offered_->expected, out.n_verified), (int32_t) ids.size() - 1);
+        }
         // Every proposal learns how much of it the target's tokens confirm.
         for (DraftArm & arm : cheap_) {
             const int32_t m = arm.learn(ids);

@@ -27,6 +27,7 @@
 #include "draft/drafter.h"
 #include "draft/explore_budget.h"
 #include "draft/model_arm.h"
+#include "draft/promise_record.h"
 #include "draft/step_cost.h"
 #include "draft/splice_lookup.h"
 #include "draft/text_lookup.h"
@@ -114,6 +115,7 @@ private:
     TokenMemory * memory_ = nullptr;  // the session's earlier requests, shared by its sequences
     TokenMemory own_;                  // this request's tokens: the tail every match starts from
     StepPrice price_;
+    PromiseRecord promises_;  // what the verified cheap drafts delivered of their expected tokens
     TextLookup text_;
     SpliceLookup splice_;
     llama_tokens proposal_;  // the memory's or a lookup's, before it goes to its arm

@@ -109,6 +109,19 @@ def step_price(observed: list[tuple[int, int, int]], query: list[int],
     return [out[j] for j in range(len(query))], switch[0]
 
 
+def promise_factors(drafts: list[tuple[int, float, int]], n_out: int) -> list[float]:
+    """auto's promise record after ``drafts``: the factor on a draft of 1..n_out tokens' expected gain.
+
+    Each draft is (tokens verified, the expected tokens it was chosen at, tokens accepted), in order.
+    """
+    n = ffi.new("int32_t[]", [d[0] for d in drafts] or [0])
+    expected = ffi.new("double[]", [d[1] for d in drafts] or [0.0])
+    accepted = ffi.new("int32_t[]", [d[2] for d in drafts] or [0])
+    out = ffi.new("double[]", max(n_out, 1))
+    check(lib.sa_testing_promise_factors(n, expected, accepted, len(drafts), out, n_out), "promise factors")
+    return [out[k] for k in range(n_out)]
+
+
 def step_cost_calibrations() -> int:
     """Step-cost tables measured by auto sessions in this process (one per model and thread count)."""
     return int(lib.sa_testing_step_cost_calibrations())
