@@ -215,23 +215,20 @@ def test_the_joint_lengths_are_the_best_of_every_combination(seed):
 
 def test_drafts_that_broke_off_temper_later_drafts_of_their_length_band():
     """The promise record (native/draft/promise_record.h, decision 0117): per band of lengths (1-2, 3-4, 5-8,
-    9-16, 17+), decayed sums (0.9 a draft, behind a pseudo-draft of 2 tokens kept) of the accepted tokens the
-    drafts were expected to bring, untempered, and of those they brought; the factor is their ratio, at most 1.
+    9-16, 17+), decayed sums (0.9 a draft) of the accepted tokens drafts promised, untempered, and of those they
+    brought; the factor is (delivered + 2) / (promised + 2), at most 1.
     """
     assert nt.promise_factors([], 20) == [1.0] * 20
-    # a 20-token draft chosen at 16 expected tokens (15 promised) got 5: (1.8 + 5) / (1.8 + 15)
-    first = nt.promise_factors([(20, 16.0, 5)], 20)
-    assert first[:16] == [1.0] * 16 and first[16:] == [pytest.approx(6.8 / 16.8)] * 4
-    # the next one of that band is chosen tempered: 1 + f * 10 promises 10 untempered; it gets all 10
-    tempered = 1.0 + 6.8 / 16.8 * 10.0
-    second = nt.promise_factors([(20, 16.0, 5), (18, tempered, 10)], 20)
-    assert second[16:] == [pytest.approx((0.9 * 6.8 + 10) / (0.9 * 16.8 + 10))] * 4
+    # a 20-token draft promised 15 and got 5: band 17+ is at 7 / 17, the others untouched
+    assert nt.promise_factors([(20, 15.0, 5)], 20) == [1.0] * 16 + [pytest.approx(7 / 17)] * 4
+    # an 18-token draft then promised 10 and got all 10: the first one decays
+    second = nt.promise_factors([(20, 15.0, 5), (18, 10.0, 10)], 20)
+    assert second[16:] == [pytest.approx((0.9 * 5 + 10 + 2) / (0.9 * 15 + 10 + 2))] * 4
     # a band that delivers more than it promised stays at 1; a 4-token draft that got nothing tempers 3-4 only
-    bands = nt.promise_factors([(2, 1.5, 2), (4, 3.0, 0)], 6)
-    assert bands == [1.0, 1.0, pytest.approx(1.8 / 3.8), pytest.approx(1.8 / 3.8), 1.0, 1.0]
+    assert nt.promise_factors([(2, 0.5, 2), (4, 2.0, 0)], 6) == [1.0, 1.0, 0.5, 0.5, 1.0, 1.0]
 
 
 def test_the_promise_record_refuses_impossible_drafts():
-    for bad in ([(0, 2.0, 0)], [(3, 2.0, 4)], [(3, 0.5, 1)]):
+    for bad in ([(0, 2.0, 0)], [(3, 2.0, 4)], [(3, -0.5, 1)]):
         with pytest.raises(ValueError):
             nt.promise_factors(bad, 4)

@@ -126,11 +126,10 @@ sa_status sa_testing_step_price(const double * us_by_length, int32_t n_table, co
                                 int32_t n_query, double * out, double * switch_us);
 /* auto's record of what its verified cheap drafts delivered of what they
  * promised (native/draft/promise_record.h), fresh, after count drafts in
- * order: draft i verified n[i] tokens, was chosen at expected[i] expected
- * tokens (after tempering) and got accepted[i] of them accepted. out[k]:
- * the factor it then scales a draft of k + 1 tokens' expected gain by, for
- * k < n_out. */
-sa_status sa_testing_promise_factors(const int32_t * n, const double * expected, const int32_t * accepted,
+ * order: draft i verified n[i] tokens, promised promise[i] accepted tokens
+ * (untempered) and got accepted[i]. out[k]: the factor it then gives a
+ * draft of k + 1 tokens' expected gain, for k < n_out. */
+sa_status sa_testing_promise_factors(const int32_t * n, const double * promise, const int32_t * accepted,
                                      int32_t count, double * out, int32_t n_out);
 /* Step-cost tables that auto sessions measured in this process so far (each
  * model and thread count is measured once; later sessions reuse its table). */

@@ -372,21 +372,20 @@ extern "C" sa_status sa_testing_step_price(const double * us_by_length, int32_t 
     return SA_OK;
 }
 
-extern "C" sa_status sa_testing_promise_factors(const int32_t * n, const double * expected, const int32_t * accepted,
+extern "C" sa_status sa_testing_promise_factors(const int32_t * n, const double * promise, const int32_t * accepted,
                                                 int32_t count, double * out, int32_t n_out) {
-    if (count < 0 || n_out < 0 || (count > 0 && (n == nullptr || expected == nullptr || accepted == nullptr)) ||
-        (n_out > 0 && out == nullptr)) {
+    if (count < 0 || n_out < 0 || (n_out > 0 && out == nullptr) ||
+        (count > 0 && (n == nullptr || promise == nullptr || accepted == nullptr))) {
         return fail(SA_ERR_INVALID_ARG, "sa_testing_promise_factors: null argument or negative count");
     }
     for (int32_t i = 0; i < count; ++i) {
-        if (n[i] < 1 || n[i] > SA_MAX_DRAFT_POS || accepted[i] < 0 || accepted[i] > n[i] || !(expected[i] >= 1)) {
+        if (n[i] < 1 || n[i] > SA_MAX_DRAFT_POS || accepted[i] < 0 || accepted[i] > n[i] || !(promise[i] >= 0)) {
             return fail(SA_ERR_INVALID_ARG, "sa_testing_promise_factors: need 1 <= n <= SA_MAX_DRAFT_POS, "
-                                            "0 <= accepted <= n, expected >= 1");
+                                            "0 <= accepted <= n, promise >= 0");
         }
     }
     sa::PromiseRecord record;
-    record.reset();
-    for (int32_t i = 0; i < count; ++i) record.settle(n[i], expected[i], accepted[i]);
+    for (int32_t i = 0; i < count; ++i) record.settle(n[i], promise[i], accepted[i]);
     for (int32_t k = 0; k < n_out; ++k) out[k] = record.factor(k + 1);
     return SA_OK;
 }

@@ -145,6 +145,11 @@ private:
     bool exploring_ = false;  // the step being verified explores although plain won
     // What the exploring step just verified lost against plain decoding (us).
     double explore_loss(const StepOutcome & out) const;
+    // The factor on a cheap arm's expected gain from a draft of n tokens (promise_record.h), and arm's expected so tempered.
+    double promise_factor(int32_t n) const;
+    void temper(DraftArm & arm) const;
+    // The verified cheap draft of n tokens (offered_'s) and the target's tokens ids: what it brought of its promise.
+    void settle_promise(int32_t n, const llama_tokens & ids);
     bool take_model_draft(llama_tokens & draft);
     void take_cheap_choice(llama_tokens & draft);
 

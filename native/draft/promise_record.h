@@ -6,32 +6,36 @@
 // accepted. On text that runs in streaks, a match that held for a dozen
 // tokens and then ends looks to it like one that goes on, and the chooser
 // picks exactly the drafts it is most wrong about: a long one, verified at
-// a step cost that grows with its length, which breaks off early. The
-// record compares the accepted tokens each verified cheap draft was expected
-// to bring (untempered) with those it brought, pooled over the arms (they
-// all learn from the same verified tokens) and kept per band of lengths, and
-// scales later drafts' expected gains in that band by the ratio (at most 1).
+// a step cost that grows with its length, which breaks off early. A record
+// compares the accepted tokens each verified draft was expected to bring
+// (untempered) with those it brought, per band of lengths, and later drafts'
+// expected gains in that band are scaled by the ratio (at most 1).
+//
+// The record is pooled over auto's cheap arms, which all learn acceptance
+// from the same verified tokens: one arm's long drafts that broke off warn
+// the others before their first. auto tempers only lengths whose tokens each
+// cost kCostlyToken of a plain step or more to verify (auto_drafter.cpp):
+// where verifying is cheap, as on attention models, a draft that breaks off
+// costs little and a long one that holds is worth the gamble.
 #pragma once
 
 #include <array>
 #include <cstddef>
 #include <cstdint>
-#include <vector>
 
 namespace sa {
 
 class PromiseRecord {
 public:
-    // Nothing recorded: every band keeps its promises.
-    void reset();
-    // expected (expected tokens by draft length, expected[0] = 1) with the
-    // gain past the sampled token scaled at each length by its band's factor.
-    void temper(std::vector<double> & expected) const;
-    // A draft of n tokens was verified: tempered, the expected tokens it was
-    // chosen at (after temper); accepted, the drafted tokens the target took.
-    void settle(int32_t n, double tempered, int32_t accepted);
-    // The factor of drafts of n tokens: what their band delivered of what it promised, at most 1.
+    // The factor of drafts of n tokens: what their band delivered of what it
+    // promised, behind a pseudo-draft of kPseudoTokens that kept its promise;
+    // at most 1.
     double factor(int32_t n) const;
+    // A draft of n tokens was verified: promise, the accepted tokens its
+    // untempered expected tokens promised; accepted, those the target took.
+    void settle(int32_t n, double promise, int32_t accepted);
+
+    static constexpr double kPseudoTokens = 2.0;
 
 private:
     static constexpr size_t kBands = 5;  // 1-2, 3-4, 5-8, 9-16, 17 and more tokens

@@ -112,13 +112,13 @@ def step_price(observed: list[tuple[int, int, int]], query: list[int],
 def promise_factors(drafts: list[tuple[int, float, int]], n_out: int) -> list[float]:
     """auto's promise record after ``drafts``: the factor on a draft of 1..n_out tokens' expected gain.
 
-    Each draft is (tokens verified, the expected tokens it was chosen at, tokens accepted), in order.
+    Each draft is (tokens verified, accepted tokens it promised untempered, tokens accepted), in order.
     """
     n = ffi.new("int32_t[]", [d[0] for d in drafts] or [0])
-    expected = ffi.new("double[]", [d[1] for d in drafts] or [0.0])
+    promise = ffi.new("double[]", [d[1] for d in drafts] or [0.0])
     accepted = ffi.new("int32_t[]", [d[2] for d in drafts] or [0])
     out = ffi.new("double[]", max(n_out, 1))
-    check(lib.sa_testing_promise_factors(n, expected, accepted, len(drafts), out, n_out), "promise factors")
+    check(lib.sa_testing_promise_factors(n, promise, accepted, len(drafts), out, n_out), "promise factors")
     return [out[k] for k in range(n_out)]
 
 
