@@ -232,6 +232,7 @@ void AutoDrafter::draft(const DraftInput & in, llama_tokens & draft) {
     alt.sample_us = alt.timed ? price_.sample_us() : 0.0;
     alt.switch_us = alt.timed && in.share.n_others == 0 ? price_.switch_us() : 0.0;
     std::vector<Offer> offers;
+    price_promises(n_max);
     for (DraftArm & arm : cheap_) {
         if (!arm.proposed) continue;
         arm.accept.expected(arm.expected, first_prior_);
@@ -338,22 +339,25 @@ double AutoDrafter::explore_loss(const StepOutcome & out) const {
     return added - n_accepted * cost.at(0);
 }
 
-double AutoDrafter::promise_factor(int32_t n) const {
+void AutoDrafter::price_promises(int32_t n_max) {
     // a draft whose tokens each cost under kCostlyToken of a plain step to verify is left alone
+    tempering_.assign((size_t) n_max + 1, 1.0);
+    if (!price_.timed()) return;
     const StepCost & cost = price_.cost();
-    if (!price_.timed() || cost.at(n) - cost.at(0) < kCostlyToken * n * cost.at(0)) return 1.0;
-    return promises_.factor(n);
-}
-
-void AutoDrafter::temper(DraftArm & arm) const {
-    for (size_t n = 1; n < arm.expected.size(); ++n) {
-        arm.expected[n] = 1.0 + promise_factor((int32_t) n) * (arm.expected[n] - 1.0);
+    const double plain = cost.at(0);
+    for (int32_t n = 1; n <= n_max; ++n) {
+        if (cost.at(n) - plain >= kCostlyToken * n * plain) tempering_[(size_t) n] = promises_.factor(n);
     }
 }
 
+void AutoDrafter::temper(DraftArm & arm) const {
+    const size_t n_hi = std::min(arm.expected.size(), tempering_.size());
+    for (size_t n = 1; n < n_hi; ++n) arm.expected[n] = 1.0 + tempering_[n] * (arm.expected[n] - 1.0);
+}
+
 void AutoDrafter::settle_promise(int32_t n, const llama_tokens & ids) {
-    // the draft was chosen at expected tokens its arm's factor tempered: what it promised untempered
-    const double factor = promise_factor(n);
+    // the draft was chosen at expected tokens this step's factor tempered: what it promised untempered
+    const double factor = n < (int32_t) tempering_.size() ? tempering_[(size_t) n] : 1.0;
     const double promise = (expected_at(offered_->expected, n) - 1.0) / factor;
     promises_.settle(n, promise, (int32_t) ids.size() - 1);
 }

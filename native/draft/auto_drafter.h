@@ -116,6 +116,7 @@ private:
     TokenMemory own_;                  // this request's tokens: the tail every match starts from
     StepPrice price_;
     PromiseRecord promises_;  // what the verified cheap drafts delivered of their expected tokens
+    std::vector<double> tempering_;  // this step's factor on their expected gain, by draft length
     TextLookup text_;
     SpliceLookup splice_;
     llama_tokens proposal_;  // the memory's or a lookup's, before it goes to its arm
@@ -145,8 +146,9 @@ private:
     bool exploring_ = false;  // the step being verified explores although plain won
     // What the exploring step just verified lost against plain decoding (us).
     double explore_loss(const StepOutcome & out) const;
-    // The factor on a cheap arm's expected gain from a draft of n tokens (promise_record.h), and arm's expected so tempered.
-    double promise_factor(int32_t n) const;
+    // This step's factor on a cheap arm's expected gain by draft length
+    // (promise_record.h), for lengths up to n_max, and arm's expected so tempered.
+    void price_promises(int32_t n_max);
     void temper(DraftArm & arm) const;
     // The verified cheap draft of n tokens (offered_'s) and the target's tokens ids: what it brought of its promise.
     void settle_promise(int32_t n, const llama_tokens & ids);
