@@ -38,13 +38,12 @@ Every run is profiled (``spec_actor.nif.testing.profile_steps``), and
 ``priced`` gives the same ratio with each step priced at medians over all
 the runs on the same model load: its decode at the median for its length
 (a one-token decode right after a drafted step, where llama.cpp's graph
-changes shape, at the median of those),
-its checkpoint and restore at theirs, and the mode's own drafting work at
-its median per step (a one-token decode at the median over every run, the
-longer ones over the runs on the same model load, with MTP loaded or not).
-It keeps what each mode chose and leaves out the
-machine's noise, which on a shared 2-core VM moves single runs by 10-60%,
-more than the targets' margins. The breakdown table gives the medians by
+changes shape, at the median of those), its checkpoint and restore at
+theirs, and the mode's own drafting work at its median per step (a
+one-token decode at the median over every run, the longer ones over the
+runs on the same model load, with MTP loaded or not). It keeps what each
+mode chose and leaves out the machine's noise, which on a shared 2-core VM
+moves single runs by 10-60%, more than the targets' margins. The breakdown table gives the medians by
 part over the steps that verified no draft, and over those that verified
 one: the cheap arms' ``proposals``, the rest of drafting
 (``choice``: auto's choice and the model arm's draft), the target's
