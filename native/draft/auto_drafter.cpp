@@ -232,7 +232,11 @@ void AutoDrafter::draft(const DraftInput & in, llama_tokens & draft) {
     alt.sample_us = alt.timed ? price_.sample_us() : 0.0;
     alt.switch_us = alt.timed && in.share.n_others == 0 ? price_.switch_us() : 0.0;
     std::vector<Offer> offers;
-    price_promises(n_max);
+    int32_t longest = 0;  // the longest proposal: the lengths this step's promise factors are needed for
+    for (const DraftArm & arm : cheap_) {
+        if (arm.proposed) longest = std::max(longest, (int32_t) arm.proposal.size());
+    }
+    price_promises(longest);
     for (DraftArm & arm : cheap_) {
         if (!arm.proposed) continue;
         arm.accept.expected(arm.expected, first_prior_);
@@ -342,7 +346,7 @@ double AutoDrafter::explore_loss(const StepOutcome & out) const {
 void AutoDrafter::price_promises(int32_t n_max) {
     // a draft whose tokens each cost under kCostlyToken of a plain step to verify is left alone
     tempering_.assign((size_t) n_max + 1, 1.0);
-    if (!price_.timed()) return;
+    if (!price_.timed() || promises_.kept()) return;
     const StepCost & cost = price_.cost();
     const double plain = cost.at(0);
     for (int32_t n = 1; n <= n_max; ++n) {

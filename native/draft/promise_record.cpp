@@ -20,6 +20,13 @@ double PromiseRecord::factor(int32_t n) const {
     return std::min(1.0, (delivered_[b] + kPseudoTokens) / (promised_[b] + kPseudoTokens));
 }
 
+bool PromiseRecord::kept() const {
+    for (size_t b = 0; b < kBands; ++b) {
+        if (delivered_[b] < promised_[b]) return false;
+    }
+    return true;
+}
+
 void PromiseRecord::settle(int32_t n, double promise, int32_t accepted) {
     if (n <= 0) return;
     const size_t b = band(n);

@@ -31,6 +31,8 @@ public:
     // promised, behind a pseudo-draft of kPseudoTokens that kept its promise;
     // at most 1.
     double factor(int32_t n) const;
+    // Every band delivered what it promised (every factor is 1).
+    bool kept() const;
     // A draft of n tokens was verified: promise, the accepted tokens its
     // untempered expected tokens promised; accepted, those the target took.
     void settle(int32_t n, double promise, int32_t accepted);
