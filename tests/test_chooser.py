@@ -39,16 +39,6 @@ def test_sampling_time_is_charged_per_token_made():
     assert nt.choose_offer([A, B], COST, sample_us=20.0) == (1, 2)
 
 
-def test_the_switch_back_to_one_token_is_charged_to_every_draft_and_not_to_plain():
-    # switch_us 120 on drafts only: plain 1/100 = .0100; A: 1.8/270 = .0067, 2.4/300 = .0080,
-    # 2.8/380 = .0074, 3.0/390 = .0077; B: 2.5/300 = .0083, 3.4/380 = .0089: plain wins
-    assert nt.choose_offer([A, B], COST, switch_us=120.0) == (-1, 0)
-    # switch_us 40: B's 2, 2.5/220 = .01136, just beats its 3, 3.4/300 = .01133, and A's 2, 2.4/220 = .01091
-    assert nt.choose_offer([A, B], COST, switch_us=40.0) == (1, 2)
-    # switch_us 60: A 2.4/240 = .0100, B 2.5/240 = .01042, 3.4/320 = .01063: B's 3
-    assert nt.choose_offer([A, B], COST, switch_us=60.0) == (1, 3)
-
-
 def test_plain_wins_when_verifying_costs_more_than_drafts_bring():
     expensive = [100.0, 300.0, 500.0]
     # A: 1.8/300 = .0060, 2.4/500 = .0048, beyond: 2.8/700, 3.0/900 — all under plain's .0100

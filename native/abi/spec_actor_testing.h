@@ -57,13 +57,12 @@ sa_status sa_testing_refuse_next_seq_rm(sa_session * session);
  * e_others tokens (0, 0: alone), on a target whose drafts of up to
  * rollback_free tokens are undone for free and longer ones pay save_us for
  * a checkpoint and, when more than rollback_free are rejected, restore_us and
- * a re-verification (docs/decisions/0091; rollback_free < 0: always free),
- * and where a draft adds switch_us to the one-token step after it (decision
- * 0117). *offer: the chosen offer (-1: a plain step), *n its length. */
+ * a re-verification (docs/decisions/0091; rollback_free < 0: always free).
+ * *offer: the chosen offer (-1: a plain step), *n its length. */
 sa_status sa_testing_choose_offer(const double * expected, const int32_t * n_max, int32_t n_offers, int32_t stride,
                                   const double * us_by_length, int32_t n_cost, double draft_us, double sample_us,
                                   int32_t n_others, double e_others, int32_t rollback_free, double save_us,
-                                  double restore_us, double switch_us, int32_t * offer, int32_t * n);
+                                  double restore_us, int32_t * offer, int32_t * n);
 /* A batched step's joint draft lengths alone (docs/decisions/0066): option
  * i's expected tokens by length are expected[i * stride + 0..n_max[i]]; the
  * step's cost is fixed as us_by_length (by drafted tokens: a decode of T
@@ -118,12 +117,11 @@ sa_status sa_testing_calibrated_step_cost(const double * us_by_length, int32_t n
                                           double * out);
 /* As sa_testing_calibrated_step_cost, through auto's StepPrice: the steps
  * have n_others[i] tokens of other sequences beside them, and a lone
- * one-token step right after a lone drafted one prices the switch between
- * the two graphs (docs/decisions/0117) instead of the one-token cost.
- * *switch_us: that price after the steps. */
+ * one-token step right after a lone drafted one, where llama.cpp's graph
+ * switches back (docs/decisions/0117), does not price the one-token cost. */
 sa_status sa_testing_step_price(const double * us_by_length, int32_t n_table, const int32_t * n_verified,
                                 const int32_t * n_others, const int64_t * us, int32_t count, const int32_t * query,
-                                int32_t n_query, double * out, double * switch_us);
+                                int32_t n_query, double * out);
 /* auto's record of what its verified cheap drafts delivered of what they
  * promised (native/draft/promise_record.h), fresh, after count drafts in
  * order: draft i verified n[i] tokens, promised promise[i] accepted tokens

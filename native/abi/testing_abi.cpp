@@ -172,11 +172,11 @@ extern "C" sa_status sa_testing_choose_offer(const double * expected, const int3
                                              int32_t stride, const double * us_by_length, int32_t n_cost,
                                              double draft_us, double sample_us, int32_t n_others, double e_others,
                                              int32_t rollback_free, double save_us, double restore_us,
-                                             double switch_us, int32_t * offer, int32_t * n) {
+                                             int32_t * offer, int32_t * n) {
     if (expected == nullptr || n_max == nullptr || us_by_length == nullptr || offer == nullptr || n == nullptr ||
         n_offers < 0 || n_offers > 64 || stride < 1 || stride > SA_MAX_DRAFT_POS + 1 || n_cost < 1 ||
         n_cost > SA_MAX_DRAFT_POS + 1 || n_others < 0 || n_others > 1 << 20 || !(e_others >= 0) ||
-        !(save_us >= 0) || !(restore_us >= 0) || !(switch_us >= 0)) {
+        !(save_us >= 0) || !(restore_us >= 0)) {
         return fail(SA_ERR_INVALID_ARG, "sa_testing_choose_offer: null argument or a size out of range");
     }
     std::vector<std::vector<double>> tables;
@@ -186,7 +186,7 @@ extern "C" sa_status sa_testing_choose_offer(const double * expected, const int3
     StepCost cost;
     cost.fix(std::vector<double>(us_by_length, us_by_length + n_cost));
     const OfferChoice choice = choose_offer(offers, cost, draft_us, sample_us, BatchShare{n_others, e_others},
-                                            testing_rollback(rollback_free, save_us, restore_us), switch_us);
+                                            testing_rollback(rollback_free, save_us, restore_us));
     *offer = choice.offer;
     *n = choice.length.n;
     return SA_OK;
@@ -352,11 +352,11 @@ extern "C" sa_status sa_testing_calibrated_step_cost(const double * us_by_length
 
 extern "C" sa_status sa_testing_step_price(const double * us_by_length, int32_t n_table, const int32_t * n_verified,
                                            const int32_t * n_others, const int64_t * us, int32_t count,
-                                           const int32_t * query, int32_t n_query, double * out, double * switch_us) {
+                                           const int32_t * query, int32_t n_query, double * out) {
     if (const char * e = step_cost_args_error(us_by_length, n_table, n_verified, us, count, query, n_query, out)) {
         return fail(SA_ERR_INVALID_ARG, e);
     }
-    if (switch_us == nullptr || (count > 0 && n_others == nullptr)) {
+    if (count > 0 && n_others == nullptr) {
         return fail(SA_ERR_INVALID_ARG, "sa_testing_step_price: null argument");
     }
     sa::StepPrice price;
@@ -368,7 +368,6 @@ extern "C" sa_status sa_testing_step_price(const double * us_by_length, int32_t 
         price.observe(n_verified[i], n_others[i], us[i], true, 1, 0);
     }
     for (int32_t j = 0; j < n_query; ++j) out[j] = price.cost().at(query[j]);
-    *switch_us = price.switch_us();
     return SA_OK;
 }
 

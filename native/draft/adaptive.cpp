@@ -93,12 +93,11 @@ LengthChoice best_length(const std::vector<double> & expected, const StepCost & 
 }
 
 OfferChoice choose_offer(const std::vector<Offer> & offers, const StepCost & cost, double draft_us, double sample_us,
-                         const BatchShare & share, const RollbackPrice & rb, double switch_us) {
+                         const BatchShare & share, const RollbackPrice & rb) {
     static const std::vector<double> kPlainStep{1.0};  // a plain step makes one token
     OfferChoice best{-1, best_length(kPlainStep, cost, 0, 0, draft_us, sample_us, 0, share)};
     for (size_t i = 0; i < offers.size(); ++i) {
-        const LengthChoice c =
-            best_length(*offers[i].expected, cost, 1, offers[i].n_max, draft_us + switch_us, sample_us, 0, share, rb);
+        const LengthChoice c = best_length(*offers[i].expected, cost, 1, offers[i].n_max, draft_us, sample_us, 0, share, rb);
         if (c.n >= 1 && c.rate > best.length.rate * kLongerMustBeat) best = {(int32_t) i, c};
     }
     return best;

@@ -113,15 +113,13 @@ struct Offer {
 
 // Of plain decoding and every offer at every length it has, the best
 // expected tokens per microsecond (best_length's rate, the step's drafting
-// time draft_us added to every choice, plain included; switch_us, what a
-// draft adds to the one-token step after it, StepPrice::switch_us, to every
-// draft).
+// time draft_us added to every choice, plain included).
 struct OfferChoice {
     int32_t offer = -1;  // index into the offers; -1: a plain step
     LengthChoice length;
 };
 OfferChoice choose_offer(const std::vector<Offer> & offers, const StepCost & cost, double draft_us, double sample_us,
-                         const BatchShare & share = {}, const RollbackPrice & rb = {}, double switch_us = 0);
+                         const BatchShare & share = {}, const RollbackPrice & rb = {});
 
 // Picks the draft length n that maximises expected tokens per unit of time:
 //   expected(n) / step_cost(n)

@@ -230,7 +230,6 @@ void AutoDrafter::draft(const DraftInput & in, llama_tokens & draft) {
     alt.timed = price_.timed();
     alt.draft_us = alt.timed ? cheap_cost() : 0.0;
     alt.sample_us = alt.timed ? price_.sample_us() : 0.0;
-    alt.switch_us = alt.timed && in.share.n_others == 0 ? price_.switch_us() : 0.0;
     std::vector<Offer> offers;
     int32_t longest = 0;  // the longest proposal: the lengths this step's promise factors are needed for
     for (const DraftArm & arm : cheap_) {
@@ -244,7 +243,7 @@ void AutoDrafter::draft(const DraftInput & in, llama_tokens & draft) {
         offers.push_back({&arm.expected, (int32_t) arm.proposal.size()});
         choice_.offered.push_back(&arm);
     }
-    const OfferChoice choice = choose_offer(offers, price_.cost(), alt.draft_us, alt.sample_us, in.share, in.rollback, alt.switch_us);
+    const OfferChoice choice = choose_offer(offers, price_.cost(), alt.draft_us, alt.sample_us, in.share, in.rollback);
     alt.rate = choice.length.rate;
     choice_.best = choice.offer >= 0 ? choice_.offered[(size_t) choice.offer] : nullptr;
     choice_.n = choice.length.n;
@@ -330,14 +329,13 @@ void AutoDrafter::explore(DraftArm *& best, int32_t & best_n) {
 }
 
 double AutoDrafter::explore_loss(const StepOutcome & out) const {
-    // What the draft added to the decode and to the one-token step after it
-    // (StepPrice::switch_us), its checkpoint, and after a rollback the
-    // restore and the wider re-verification, against the plain steps saved
-    // by the tokens it got accepted; priced by the step cost.
+    // What the draft added to the decode, its checkpoint, and after a
+    // rollback the restore and the wider re-verification, against the plain
+    // steps saved by the tokens it got accepted; priced by the step cost.
     const StepCost & cost = price_.cost();
     const RollbackPrice & rb = choice_.rollback;
     const int32_t n_accepted = (int32_t) out.ids.size() - 1;
-    double added = cost.at(out.n_others + out.n_verified) - cost.at(out.n_others) + choice_.alt.switch_us;
+    double added = cost.at(out.n_others + out.n_verified) - cost.at(out.n_others);
     if (out.n_verified > rb.free) added += rb.save_us;
     if (!out.committed) added += rb.restore_us + cost.at(out.n_others + n_accepted) - cost.at(out.n_others);
     return added - n_accepted * cost.at(0);

@@ -71,7 +71,7 @@ bool ModelArm::asks(uint64_t step, int32_t n, const Alternative & alt, double fi
     // one whose drafts judge() prices before it drafts waits for that (decision 0116)
     if (judged_drafts_ == 0 && priced_before_drafting() && judged_steps_ < kFeedsBeforePricing) return false;
     const double d_m = alt.timed && arm_.costed ? arm_.cost_us : 0.0;
-    const double rate = best_length(arm_.expected, price.cost(), n, n, alt.draft_us + alt.switch_us + d_m, alt.sample_us, 0, share, rb).rate;
+    const double rate = best_length(arm_.expected, price.cost(), n, n, alt.draft_us + d_m, alt.sample_us, 0, share, rb).rate;
     const bool on_merit = rate > alt.rate * kLongerMustBeat;
     // an arm on trial drafts once as soon as steps are priced, so that
     // one that can never pay is dropped before it reads more batches
@@ -110,7 +110,7 @@ bool ModelArm::take(const Alternative & alt, const StepPrice & price) {
     if (!arm_.proposed) return false;
     if (alt.timed) {  // what judge() weighs its tokens against
         alt_rate_ = alt.rate;
-        step_us_ = price.cost().at((int32_t) arm_.proposal.size()) + alt.draft_us + alt.switch_us + arm_.cost_us;
+        step_us_ = price.cost().at((int32_t) arm_.proposal.size()) + alt.draft_us + arm_.cost_us;
         sample_us_ = alt.sample_us;
     }
     return true;
@@ -198,7 +198,7 @@ double ModelArm::rate_vs_plain(int32_t n, double tokens, double draft_us, double
     const StepCost & cost = price.cost();
     const double s = price.sample_us();
     const double fixed = alt.draft_us + s;  // what every step pays, the plain one too
-    const double rate = tokens / (cost.at(n) + fixed + alt.switch_us + draft_us + process_us + s * (tokens - 1.0));
+    const double rate = tokens / (cost.at(n) + fixed + draft_us + process_us + s * (tokens - 1.0));
     return rate * (cost.at(0) + fixed);
 }
 

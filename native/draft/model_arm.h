@@ -36,7 +36,6 @@ struct Alternative {
     bool timed = false;    // costs are in microseconds (StepPrice::timed)
     double draft_us = 0;   // the cheap arms' drafting time, which every step pays
     double sample_us = 0;  // sampling per token made
-    double switch_us = 0;  // what a draft adds to the one-token step after it (StepPrice::switch_us; 0 in a batch)
 };
 
 class ModelArm {

@@ -19,7 +19,6 @@ constexpr double kScaleWeight = 1.0;        // pseudo-observation of scale 1 beh
 constexpr double kKindWeight = 1.0;         // pseudo-observations of the overall scale behind each kind's
 constexpr double kKindForget = 0.99;        // a kind's decay at each step of the other kind
 constexpr double kSampleDecay = 0.9;        // the sampling time per token follows about 10 steps
-constexpr double kSwitchDecay = 0.9;        // the switch back to one token follows about 10 drafts
 
 // How many of a table's last entries repeat past its end.
 constexpr size_t kRepeatedTail = 8;
@@ -178,23 +177,14 @@ double StepCost::scale() const {
 
 void StepPrice::begin(bool fresh) {
     after_draft_ = false;
-    if (!fresh) return;
-    cost_.reset();
-    switch_us_ = 0;
-    switch_seen_ = false;
+    if (fresh) cost_.reset();
 }
 
 void StepPrice::observe(int32_t n_verified, int32_t n_others, int64_t t_verify_us, bool priced, size_t n_made,
                         int64_t t_sample_us) {
     const bool lone = n_others == 0;
-    if (priced && lone && n_verified == 0 && after_draft_ && timed() && !cost_.fixed()) {
-        // the switch back to one token: its excess goes to the drafts, the one-token price keeps plain steps'
-        const double excess = (double) t_verify_us - cost_.at(0);
-        switch_us_ = switch_seen_ ? kSwitchDecay * switch_us_ + (1.0 - kSwitchDecay) * excess : excess;
-        switch_seen_ = true;
-    } else if (priced) {  // the decode's cost, all its tokens
-        cost_.observe(n_verified + n_others, t_verify_us);
-    }
+    // the decode's cost, all its tokens; the switch back to one token after a draft is no plain step's
+    if (priced && !(lone && n_verified == 0 && after_draft_)) cost_.observe(n_verified + n_others, t_verify_us);
     if (priced) ++priced_steps_;
     after_draft_ = priced && lone && n_verified > 0;
     const double per_token = (double) t_sample_us / (double) std::max<size_t>(n_made, 1);

@@ -11,7 +11,6 @@
 //   depends on the machine's load.
 #pragma once
 
-#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <variant>
@@ -126,19 +125,14 @@ public:
     // measurement (a step's sampling may take under a microsecond: 0).
     double sample_us() const { return sample_us_; }
     bool sample_seen() const { return sample_seen_; }
-    // What a step that verifies a draft, alone in its decode, adds to the
-    // one-token decode after it: llama.cpp's graph changes shape there and
-    // back (docs/decisions/0117). A decayed mean of what those decodes took
-    // over the cost's one-token price; 0 until one was seen, and while the
-    // cost is fixed.
-    double switch_us() const { return std::max(switch_us_, 0.0); }
     // A run starts: its first step follows the prompt, not a draft. fresh:
-    // what was learned online goes too (StepCost::reset, the switch).
+    // what was learned online goes too (StepCost::reset).
     void begin(bool fresh);
     // One verified step: n_verified drafted tokens and n_others of other
     // sequences decoded in t_verify_us (the cost learns it only when priced,
-    // StepOutcome::priced; a lone one-token decode right after a lone draft
-    // prices the switch instead), n_made tokens made and sampled in t_sample_us.
+    // StepOutcome::priced, and not from a lone one-token decode right after a
+    // lone draft, where llama.cpp's graph switches back: docs/decisions/0117),
+    // n_made tokens made and sampled in t_sample_us.
     void observe(int32_t n_verified, int32_t n_others, int64_t t_verify_us, bool priced, size_t n_made,
                  int64_t t_sample_us);
     // Verified steps that priced the cost, this session.
@@ -149,8 +143,6 @@ private:
     double sample_us_ = 0;
     bool sample_seen_ = false;
     uint64_t priced_steps_ = 0;
-    double switch_us_ = 0;
-    bool switch_seen_ = false;
     bool after_draft_ = false;  // the last step verified a draft, alone in its decode
 };
 

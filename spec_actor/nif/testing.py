@@ -88,25 +88,23 @@ def step_cost(observed: list[tuple[int, int]], query: list[int],
 
 
 def step_price(observed: list[tuple[int, int, int]], query: list[int],
-               calibrated: list[float] | None = None) -> tuple[list[float], float]:
-    """As ``step_cost`` through auto's step price: (predicted costs, the switch's price).
+               calibrated: list[float] | None = None) -> list[float]:
+    """As ``step_cost`` through auto's step price.
 
     ``observed``: (drafted tokens verified, other sequences' tokens in the
     decode, microseconds) per step. A lone one-token step right after a lone
-    drafted one prices the switch between their graphs (decision 0117), not
-    the one-token cost.
+    drafted one, where llama.cpp's graph switches back (decision 0117), does
+    not price the one-token cost.
     """
     n = ffi.new("int32_t[]", [o[0] for o in observed] or [0])
     others = ffi.new("int32_t[]", [o[1] for o in observed] or [0])
     us = ffi.new("int64_t[]", [o[2] for o in observed] or [0])
     q = ffi.new("int32_t[]", query or [0])
     out = ffi.new("double[]", max(len(query), 1))
-    switch = ffi.new("double *")
     table = calibrated or []
     buf = ffi.new("double[]", table or [0.0])
-    check(lib.sa_testing_step_price(buf, len(table), n, others, us, len(observed), q, len(query), out, switch),
-          "step price")
-    return [out[j] for j in range(len(query))], switch[0]
+    check(lib.sa_testing_step_price(buf, len(table), n, others, us, len(observed), q, len(query), out), "step price")
+    return [out[j] for j in range(len(query))]
 
 
 def promise_factors(drafts: list[tuple[int, float, int]], n_out: int) -> list[float]:
@@ -174,7 +172,7 @@ def refuse_next_seq_rm(handle: SessionHandle) -> None:
 def choose_offer(expected: list[list[float]], us_by_length: list[float], draft_us: float = 0.0,
                  sample_us: float = 0.0, n_others: int = 0, e_others: float = 0.0,
                  rollback_free: int | None = None, save_us: float = 0.0,
-                 restore_us: float = 0.0, switch_us: float = 0.0) -> tuple[int, int]:
+                 restore_us: float = 0.0) -> tuple[int, int]:
     """auto's chooser alone: (offer index or -1 for a plain step, draft length).
 
     ``expected[i][n]``: offer i's expected tokens for a draft of n tokens (``[0]`` is 1).
@@ -183,8 +181,7 @@ def choose_offer(expected: list[list[float]], us_by_length: list[float], draft_u
     ``rollback_free``: drafts up to this long are undone for free (None: all);
     a longer one pays ``save_us`` for a checkpoint and, when more than
     ``rollback_free`` of its tokens are rejected, ``restore_us`` and a
-    re-verification (docs/decisions/0091). ``switch_us``: what a draft adds
-    to the one-token step after it (decision 0117).
+    re-verification (docs/decisions/0091).
     """
     stride = max(len(e) for e in expected) if expected else 1
     flat = ffi.new("double[]", [x for e in expected for x in e + [0.0] * (stride - len(e))] or [0.0])
@@ -193,7 +190,7 @@ def choose_offer(expected: list[list[float]], us_by_length: list[float], draft_u
     offer, n = ffi.new("int32_t *"), ffi.new("int32_t *")
     check(lib.sa_testing_choose_offer(flat, n_max, len(expected), stride, cost, len(us_by_length), draft_us,
                                       sample_us, n_others, e_others, -1 if rollback_free is None else rollback_free,
-                                      save_us, restore_us, switch_us, offer, n), "choose offer")
+                                      save_us, restore_us, offer, n), "choose offer")
     return offer[0], n[0]
 
 
