@@ -79,12 +79,16 @@ def step_cost(observed: list[tuple[int, int]], query: list[int],
     """
     n = ffi.new("int32_t[]", [o[0] for o in observed] or [0])
     us = ffi.new("int64_t[]", [o[1] for o in observed] or [0])
-    q = ffi.new("int32_t[]", query or [0])
-    out = ffi.new("double[]", max(len(query), 1))
-    table = calibrated or []
-    buf = ffi.new("double[]", table or [0.0])
-    check(lib.sa_testing_calibrated_step_cost(buf, len(table), n, us, len(observed), q, len(query), out), "step cost")
+    table, n_table, q, out = _cost_query(query, calibrated)
+    check(lib.sa_testing_calibrated_step_cost(table, n_table, n, us, len(observed), q, len(query), out), "step cost")
     return [out[j] for j in range(len(query))]
+
+
+def _cost_query(query: list[int], calibrated: list[float] | None) -> tuple[Any, int, Any, Any]:
+    """The step-cost probes' native arguments: (table, its length, the lengths queried, the predictions' buffer)."""
+    table = calibrated or []
+    return (ffi.new("double[]", table or [0.0]), len(table), ffi.new("int32_t[]", query or [0]),
+            ffi.new("double[]", max(len(query), 1)))
 
 
 def step_price(observed: list[tuple[int, int, int]], query: list[int],
@@ -99,11 +103,8 @@ def step_price(observed: list[tuple[int, int, int]], query: list[int],
     n = ffi.new("int32_t[]", [o[0] for o in observed] or [0])
     others = ffi.new("int32_t[]", [o[1] for o in observed] or [0])
     us = ffi.new("int64_t[]", [o[2] for o in observed] or [0])
-    q = ffi.new("int32_t[]", query or [0])
-    out = ffi.new("double[]", max(len(query), 1))
-    table = calibrated or []
-    buf = ffi.new("double[]", table or [0.0])
-    check(lib.sa_testing_step_price(buf, len(table), n, others, us, len(observed), q, len(query), out), "step price")
+    table, n_table, q, out = _cost_query(query, calibrated)
+    check(lib.sa_testing_step_price(table, n_table, n, others, us, len(observed), q, len(query), out), "step price")
     return [out[j] for j in range(len(query))]
 
 
