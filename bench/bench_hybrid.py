@@ -56,7 +56,9 @@ What each process chooses still moves with the step-cost table that its
 first auto run calibrates. ``--step-table PATH`` fixes auto's table to the
 one kept in PATH (written there by the first run that lacks it), so that
 two builds, or two policies, are compared under the same prices: their
-greedy choices are then the same from one process to the next.
+greedy choices are then the same from one process to the next (with
+MTP loaded, the model arm still prices its own measured drafting and feed
+times, so auto+mtp's may still differ).
 
 Targets: on every model, auto and auto+mtp >= 0.98x plain and >= 0.95x the
 better of plain and fixed MTP, measured and priced; greedy output of every

@@ -200,7 +200,9 @@ def test_finish_exits_1_only_under_check_with_a_missed_target(common, tmp_path, 
 
 def test_bench_hybrid_step_table_fixes_autos_prices_so_two_processes_choose_alike(bench, tmp_path):
     """--step-table (decision 0116): the first run writes the table each auto mode priced with, per model load;
-    a second process fixed to it makes the same greedy choices, whatever its own calibration measured."""
+    a second process fixed to it makes the same greedy choices, whatever its own calibration measured. Auto
+    without MTP only: with MTP loaded, the model arm also prices its own measured drafting and feed times,
+    which no table fixes, and a CI run saw one process draft once with MTP where the other did not."""
     folder, cwd = bench
     table = tmp_path / "tables.json"
     runs = []
@@ -216,9 +218,8 @@ def test_bench_hybrid_step_table_fixes_autos_prices_so_two_processes_choose_alik
             assert set(kept) == {"2 blocks/plain", "2 blocks/mtp"}
             assert all(len(v) == 33 and all(x > 0 for x in v) for v in kept.values())
     assert json.loads(table.read_text()) == kept  # the second run read it and wrote it back unchanged
-    for mode in ("auto", "auto+mtp"):
-        first, second = ({k: r[mode][k] for k in ("steps", "drafted", "accepted", "drafters")} for r in runs)
-        assert first == second, mode
+    first, second = ({k: r["auto"][k] for k in ("steps", "drafted", "accepted", "drafters")} for r in runs)
+    assert first == second
     assert all(r[mode]["same_text"] for r in runs for mode in r)
 
 
